@@ -1,0 +1,51 @@
+# The two commands of the README: `make demo` and `make test`. Both work from a fresh clone:
+# they install system packages, build what must be built (cached outside git), create .venv.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CACHE ?= $(HOME)/.cache/primus
+WHEELHOUSE := $(CACHE)/wheels
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install system test test-unit lint demo bench infra clean
+
+help:
+	@echo "make demo   install, then run the ctr-demo job end to end on the local backend"
+	@echo "make test   install, prepare the servers the tests start, run all tests"
+	@echo "make lint   ruff"
+	@echo "make bench  run every benchmark in bench/"
+
+system:
+	@bash scripts/install-system.sh
+
+$(STAMP): pyproject.toml requirements/lock.txt scripts/install-python.sh
+	@$(MAKE) --no-print-directory system
+	@PYTHON=$(PYTHON) VENV=$(VENV) WHEELHOUSE=$(WHEELHOUSE) bash scripts/install-python.sh
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+infra: install
+	@CACHE=$(CACHE) bash scripts/build-kube-apiserver.sh
+
+test: install infra
+	@bash scripts/run-tests.sh $(PYTEST_ARGS)
+
+test-unit: install
+	@bash scripts/run-tests.sh -m "not integration" $(PYTEST_ARGS)
+
+lint: install
+	@$(VENV)/bin/ruff check primus_lib plugins dags tests bench
+	@$(VENV)/bin/ruff format --check primus_lib plugins dags tests bench
+
+demo: install
+	@bash scripts/demo.sh
+
+bench: install
+	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f | tail -1; done
+
+clean:
+	rm -rf $(VENV) .primus build *.egg-info

@@ -1,0 +1,37 @@
+"""Entry point of the ``primus`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from primus_lib import __version__
+from primus_lib.spec.errors import SpecError
+
+# Modules under primus_lib.cli, one per subcommand, in the order --help lists them.
+COMMANDS = ["validate", "crd"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="primus", description="Unified DLRM training on Airflow.")
+    parser.add_argument("--version", action="version", version=f"primus {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"primus_lib.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

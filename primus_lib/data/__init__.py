@@ -1,0 +1,1 @@
+"""The data plane: sources, the DTGG planner, the task ledger, executors, shards."""

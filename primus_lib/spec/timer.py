@@ -1,0 +1,29 @@
+"""The Timer of the Data Task Graph: which time windows the job trains on."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import Field
+
+from primus_lib.spec.base import SpecModel
+from primus_lib.spec.types import UtcDatetime
+
+WINDOW_SIZES: dict[str, timedelta] = {"1h": timedelta(hours=1), "1d": timedelta(days=1)}
+
+
+class TimerSpec(SpecModel):
+    """Windows of ``window`` from ``start``; no ``end`` means open-ended (follows the clock)."""
+
+    start: UtcDatetime
+    end: UtcDatetime | None = None
+    window: Literal["1h", "1d"] = "1h"
+    catchup: bool = Field(True, description="Run windows between start and now that were missed.")
+
+    @property
+    def window_size(self) -> timedelta:
+        return WINDOW_SIZES[self.window]
+
+    def window_start(self, index: int) -> datetime:
+        return self.start + index * self.window_size

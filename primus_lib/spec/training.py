@@ -1,0 +1,51 @@
+"""What the model sees (features), what it is (model), and how it learns (training)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from primus_lib.spec.base import SpecModel
+from primus_lib.spec.types import Duration
+
+TrainingMode = Literal["mtrm", "single_tower", "offline", "online", "offline_then_online"]
+
+
+class SparseFeature(SpecModel):
+    name: str = Field(min_length=1)
+    buckets: int = Field(gt=0, description="Ids are hashed into this many embedding rows.")
+
+
+class FeaturesSpec(SpecModel):
+    """The sample schema every source decodes into."""
+
+    label: str = Field(min_length=1)
+    timestamp: str = Field(min_length=1)
+    id: str | None = Field(None, description="Column that identifies a sample (for exactly-once checks).")
+    sparse: list[SparseFeature] = Field(min_length=1)
+    dense: list[str] = Field(default_factory=list)
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.label, self.timestamp, *(f.name for f in self.sparse), *self.dense]
+
+
+class ModelSpec(SpecModel):
+    embedding_dim: int = Field(16, gt=0)
+    memory_tower: list[int] = Field(min_length=1)
+    adapt_tower: list[int] = Field(min_length=1)
+    embedding_updates: Literal["batch", "stream", "both"] = Field(
+        "both", description="Which minibatch kinds update the shared embeddings."
+    )
+    serve: Literal["adapt", "memory"] = Field("adapt", description="Which tower's output is served.")
+
+
+class TrainingSpec(SpecModel):
+    mode: TrainingMode = "mtrm"
+    batch_size: int = Field(512, gt=0)
+    learning_rate: float = Field(0.01, gt=0)
+    sparse_learning_rate: float | None = Field(None, gt=0, description="Default: learning_rate.")
+    priority: dict[str, float] = Field(default_factory=dict, description="Importance weight per stream.")
+    checkpoint_interval: Duration | None = Field(None, description="Default: after every batch window.")
+    seed: int = 0
