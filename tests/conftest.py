@@ -1,0 +1,6 @@
+"""Shared fixtures. Each real server has its own fixture module under tests/fixtures/."""
+
+from __future__ import annotations
+
+pytest_plugins: list[str] = [
+]
