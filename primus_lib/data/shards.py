@@ -112,11 +112,13 @@ def iter_window(directory: Path, start_shard: int = 0) -> Iterator[pa.Table]:
 
 
 def _write_ipc(path: Path, table: pa.Table) -> str:
-    with pa.OSFile(str(path), "wb") as sink:
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-    data = path.read_bytes()
-    with open(path, "rb+") as handle:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue()
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
         os.fsync(handle.fileno())
     return hashlib.sha256(data).hexdigest()
 

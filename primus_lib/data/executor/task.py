@@ -1,0 +1,96 @@
+"""Run one batch data task: read, decode, and stage it as an Arrow IPC file (atomic, idempotent).
+
+The staged file is ``<job>/staging/<stream>/<window-id>/<source>/<task-id>.arrow``. It is
+written to a temp name and renamed, so a killed executor leaves no half file where the join
+looks; running a task again finds the staged file and returns it unchanged. Staged files are
+intermediates and are not fsynced (like a shuffle file): after a host crash a torn one fails
+the IPC footer check in ``read_staged`` and is removed so the task can be run again. The
+committed window (shards + manifest) is fsynced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from primus_lib.data.dtgg.task import DataTask
+from primus_lib.data.sources.files import read_task
+from primus_lib.paths import JobPaths
+from primus_lib.spec.job import PrimusJob
+
+
+@dataclass(frozen=True)
+class TaskOutput:
+    task_id: str
+    path: str
+    rows: int
+    sha256: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> TaskOutput:
+        return cls(**raw)
+
+
+def staging_dir(job: PrimusJob, stream: str, window: str) -> Path:
+    return JobPaths.for_job(job).root / "staging" / stream / window
+
+
+def staging_path(job: PrimusJob, task: DataTask) -> Path:
+    return staging_dir(job, task.stream, task.window) / task.source / f"{task.id}.arrow"
+
+
+def execute_task(job: PrimusJob, task: DataTask) -> TaskOutput:
+    """Decode one data task into its staging file; a task already staged is returned as is."""
+    path = staging_path(job, task)
+    if path.exists():
+        return _describe(task.id, path)
+    table = read_task(job, task).combine_chunks()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        digest = write_ipc(tmp, table, fsync=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return TaskOutput(task.id, str(path), table.num_rows, digest)
+
+
+def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
+    """Write an Arrow IPC file (fsynced unless told not to) and return its sha256."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue()
+    with open(path, "wb") as handle:
+        handle.write(data)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+class StagedOutputCorrupt(RuntimeError):
+    """A staged task output cannot be read (torn by a crash); it was removed: run the task again."""
+
+
+def read_staged(path: Path) -> pa.Table:
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    except pa.ArrowInvalid as exc:
+        path.unlink(missing_ok=True)
+        raise StagedOutputCorrupt(f"{path}: unreadable staged output ({exc}); removed it, run the task again") from None
+
+
+def _describe(task_id: str, path: Path) -> TaskOutput:
+    data = path.read_bytes()
+    rows = pa.ipc.open_file(pa.BufferReader(data)).read_all().num_rows
+    return TaskOutput(task_id, str(path), rows, hashlib.sha256(data).hexdigest())

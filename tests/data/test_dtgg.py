@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from primus_lib.data.dtgg import DataTask, PartitionNotReady, Planner, plan_source, source_ready
+from primus_lib.data.dtgg import timer as timer_op
+from primus_lib.data.dtgg.listing import FileEntry
+from primus_lib.data.dtgg.naive import naive_plan
+from primus_lib.data.dtgg.ops import DataSourceOp
+from primus_lib.data.ledger import TaskLedger
+from primus_lib.data.sources.files import read_task
+from primus_lib.paths import JobPaths
+from tests.data.helpers import T0, impressions, job_doc, make_job, write_layout
+
+
+@pytest.fixture
+def layout(tmp_path):
+    write_layout(tmp_path / "data", hours=6, rows=20, files=3)
+    return tmp_path
+
+
+def _job(tmp_path, hours=6, **source_overrides):
+    doc = job_doc(f"file://{tmp_path}/data", hours=hours)
+    for source in doc["spec"]["dataset"]["streams"][0]["sources"]:
+        source.update(source_overrides)
+    return make_job(doc, tmp_path)
+
+
+def test_dtgg_plans_the_same_tasks_as_the_naive_planner_with_fewer_listings(layout):
+    job = _job(layout)
+    planner = Planner(job, "history", threads=2, ledger=False)
+    plans = list(planner.plan())
+    naive = list(naive_plan(job, "history"))
+    assert [p.window for p in plans] == [p.window for p in naive] == [f"20261101T{h:02d}0000Z" for h in range(6)]
+    assert [p.tasks for p in plans] == [p.tasks for p in naive]
+    assert all(len(p.tasks) == 6 for p in plans)  # 3 impression + 3 click files, marker excluded
+    assert planner.listings == 1  # one fused scan for 2 sources x 6 windows (naive: 24 requests)
+
+
+def test_restarted_planner_resumes_from_the_ledger_without_listing(layout):
+    job = _job(layout)
+    first = Planner(job, "history", threads=2, chunk_windows=2)
+    planned = list(itertools.islice(first.plan(), 4))  # "crash" after 4 windows
+    assert first.stats["windows_planned"] == 4 and len(planned) == 4
+    ledger = TaskLedger(JobPaths.for_job(job).ledger)
+    assert ledger.planned_windows("history") == [p.window for p in planned]
+    second = Planner(job, "history", threads=2)
+    again = list(second.plan())
+    assert [p.cached for p in again] == [True] * 4 + [False] * 2
+    assert [p.tasks for p in again[:4]] == [p.tasks for p in planned]
+    assert second.stats["windows_cached"] == 4
+    third = Planner(job, "history", threads=2)
+    assert all(p.cached for p in third.plan()) and third.listings == 0
+    assert ledger.counts("history")["pending"] == 36
+
+
+def test_missing_marker_is_a_clear_error_naming_the_partition(layout):
+    (layout / "data" / "clicks" / "20261101" / "03" / "_SUCCESS").unlink()
+    job = _job(layout)
+    with pytest.raises(
+        PartitionNotReady,
+        match=r"source 'clicks' window 20261101T030000Z: partition file://.*/clicks/20261101/03/ incomplete or late \(success marker '_SUCCESS' not found\)",
+    ):
+        list(Planner(job, "history", ledger=False).plan())
+    plans = list(Planner(job, "history", ledger=False).plan(strict=False))
+    assert [p.ready for p in plans] == [True, True, True, False]
+    ready, missing = source_ready(job, "history", "clicks", T0 + timedelta(hours=3))
+    assert not ready and "clicks/20261101/03/" in missing
+    assert source_ready(job, "history", "impressions", T0 + timedelta(hours=3)) == (True, None)
+    with pytest.raises(PartitionNotReady, match="clicks"):
+        plan_source(job, "history", "clicks", T0 + timedelta(hours=3))
+    assert len(plan_source(job, "history", "impressions", T0 + timedelta(hours=3))) == 3
+
+
+def test_without_marker_readiness_follows_window_end_plus_lag(tmp_path):
+    write_layout(tmp_path / "data", hours=2, rows=5, files=1, marker=False)
+    job = _job(tmp_path, hours=3, success_marker=None)
+    lag = job.stream("history").lag
+    at = T0 + timedelta(hours=1) + lag
+    plans = list(Planner(job, "history", ledger=False, now=at).plan(strict=False))
+    assert [p.ready for p in plans] == [True, False]
+    assert "not due until" in plans[1].missing[0]
+    later = list(Planner(job, "history", ledger=False, now=at + timedelta(days=2)).plan(strict=False))
+    assert [p.ready for p in later] == [True, True, False]
+    assert "missing (directory not found)" in later[2].missing[0]
+
+
+def test_split_bytes_splits_parquet_by_row_groups_and_reads_every_row_once(tmp_path):
+    hour = tmp_path / "data" / "impressions" / "20261101" / "00"
+    hour.mkdir(parents=True)
+    table = impressions(T0, 5000, seed=1)
+    pq.write_table(table, hour / "big.parquet", row_group_size=500)
+    (hour / "_SUCCESS").touch()
+    clicks = tmp_path / "data" / "clicks" / "20261101" / "00"
+    clicks.mkdir(parents=True)
+    pq.write_table(pa.table({"request_id": ["x"], "clicked": [1]}), clicks / "c.parquet")
+    (clicks / "_SUCCESS").touch()
+    size = (hour / "big.parquet").stat().st_size
+    job = _job(tmp_path, hours=1, split_bytes=size // 4)
+    tasks = plan_source(job, "history", "impressions", T0)
+    assert len(tasks) >= 4 and {t.splits for t in tasks} == {len(tasks)}
+    read = [read_task(job, t) for t in tasks]
+    ids = [r for t in read for r in t.column("request_id").to_pylist()]
+    assert sorted(ids) == sorted(table.column("request_id").to_pylist())
+    assert sum(1 for t in read if t.num_rows) >= 3  # the splits really share the work
+
+
+def test_data_task_round_trips_through_json():
+    task = DataTask("i", "s", "src", "20261101T000000Z", "s3://b/k", "b/k", "parquet", 10, 0, 5, 0, 2)
+    assert DataTask.from_json(json.dumps(task.to_dict())) == task
+    with pytest.raises(ValueError, match="unknown fields"):
+        DataTask.from_dict({**task.to_dict(), "bogus": 1})
+
+
+def test_timer_is_endless_for_an_open_range(tmp_path):
+    doc = job_doc(f"file://{tmp_path}/data")
+    del doc["spec"]["timer"]["end"]
+    job = make_job(doc, tmp_path)
+    starts = list(itertools.islice(timer_op.windows(job), 1000))
+    assert starts[0] == T0 and starts[-1] == T0 + timedelta(hours=999)
+    assert list(timer_op.windows(job, T0 + timedelta(minutes=30), T0 + timedelta(hours=3))) == [
+        T0 + timedelta(hours=1), T0 + timedelta(hours=2)]  # fmt: skip
+
+
+def test_parallel_generation_keeps_time_order_over_chunks(layout):
+    job = _job(layout)
+    planner = Planner(job, "history", threads=4, ledger=False, chunk_windows=4)
+    windows = [p.start for p in planner.plan()]
+    assert windows == sorted(windows) and len(windows) == 6
+    assert planner.listings == 2  # one fused scan per chunk
+
+
+def test_plan_cli_prints_json(layout, capsys, monkeypatch):
+    from primus_lib.cli.main import main
+
+    spec = layout / "job.yaml"
+    import yaml
+
+    doc = job_doc(f"file://{layout}/data", hours=6)
+    doc["spec"]["storage"] = {"root": str(layout / "jobs")}
+    spec.write_text(yaml.safe_dump(doc))
+    code = main(["plan", str(spec), "--start", "2026-11-01T01:00:00Z", "--end", "2026-11-01T03:00:00Z", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [w["window"] for w in out["windows"]] == ["20261101T010000Z", "20261101T020000Z"]
+    assert out["windows"][0]["tasks"] == 6 and out["complete"] is True
+
+
+def test_any_split_size_reads_every_row_group_exactly_once(tmp_path):
+    hour = tmp_path / "data" / "impressions" / "20261101" / "00"
+    hour.mkdir(parents=True)
+    table = impressions(T0, 700, seed=2)
+    pq.write_table(table, hour / "f.parquet", row_group_size=64)
+    size = (hour / "f.parquet").stat().st_size
+    ids = sorted(table.column("request_id").to_pylist())
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.integers(min_value=200, max_value=size + 100))
+    def check(split: int) -> None:
+        job = _job(tmp_path, hours=1, split_bytes=split)
+        stream = job.stream("history")
+        op = DataSourceOp(job, stream, stream.sources[0])
+        part = op.partition(T0)
+        tasks = op.tasks(T0, part, [FileEntry("f.parquet", size)])
+        got = sorted(r for t in tasks for r in read_task(job, t).column("request_id").to_pylist())
+        assert got == ids
+
+    check()
