@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # System packages the project needs: Kerberos headers (to build the HDFS provider's gssapi/krb5),
-# Prometheus + Pushgateway (metrics tests), Go + etcd (to build and run a real kube-apiserver).
+# Prometheus + Pushgateway (metrics tests), Go + etcd + dpkg-dev (to build and run a real kube-apiserver).
 set -euo pipefail
-want=(libkrb5-dev prometheus prometheus-pushgateway golang-go etcd-server etcd-client)
+want=(libkrb5-dev prometheus prometheus-pushgateway golang-go etcd-server etcd-client dpkg-dev)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -14,7 +14,7 @@ class HorizontalScaling(SpecModel):
     """L_u = w . [buffer, cpu, memory utilisation] against ``threshold``."""
 
     enabled: bool = True
-    weights: list[float] = Field([0.6, 0.2, 0.2], min_length=3, max_length=3)
+    weights: list[float] = Field([0.8, 0.1, 0.1], min_length=3, max_length=3)  # why: docs/scaling.md
     threshold: float = Field(0.5, ge=0, le=1)
     cooldown: Duration = timedelta(seconds=60)
     step: float = Field(0.25, gt=0, le=1, description="Largest change per decision, as a fraction.")

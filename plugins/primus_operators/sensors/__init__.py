@@ -1,0 +1,1 @@
+"""Sensors of the Primus Airflow plugin (the scaler)."""

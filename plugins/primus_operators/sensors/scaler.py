@@ -1,0 +1,76 @@
+"""The scaler sensor: between scheduled windows, one scaling step per poke (reschedule mode frees
+the worker slot between pokes). Thin: the decisions are primus_lib.scaling's; this only wires
+Airflow in (the pool API connection, the resource backend, the run's interval).
+
+Knobs it turns: the job's data-executor pool slots (horizontal, REST /api/v2/pools), the
+per-task resources the DAG's mapped tasks read through ``executor_config`` (vertical, stored in the
+job directory), and the stream executors' replicas/resources (through the resource backend).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
+
+
+class PrimusScalerSensor(BaseSensorOperator):
+    """Run the Dynamic Scaling Manager once per poke until the next window is due.
+
+    :param spec_path: the PrimusJob spec file (templated).
+    :param prometheus_url: a Prometheus server scraping the executors and trainers (templated);
+        None reads the in-process registry (embedded default).
+    :param airflow_conn_id: an HTTP connection to Airflow's API server (host/port, login/password)
+        for the pool API; a missing connection skips the pool change (logged).
+    :param scale_stream_executors: also scale/resize the stream executors through the backend.
+    """
+
+    template_fields = ("spec_path", "prometheus_url")
+
+    def __init__(self, *, spec_path: str, prometheus_url: str | None = None,
+                 airflow_conn_id: str = "primus_airflow_api", scale_stream_executors: bool = True,
+                 **kwargs: Any) -> None:  # fmt: skip
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 60)
+        super().__init__(**kwargs)
+        self.spec_path, self.prometheus_url = spec_path, prometheus_url
+        self.airflow_conn_id, self.scale_stream_executors = airflow_conn_id, scale_stream_executors
+
+    def _pool_actuator(self, job):
+        from airflow.exceptions import AirflowNotFoundException
+
+        from primus_lib.scaling.airflow_pools import AirflowPoolClient, PoolActuator
+        from primus_operators._common import pool_name
+
+        try:
+            conn = BaseHook.get_connection(self.airflow_conn_id)
+        except AirflowNotFoundException:  # optional in the embedded default
+            self.log.warning("no connection %r: pool slots will not be changed", self.airflow_conn_id)
+            return None
+        scheme = conn.schema or "http"
+        base = f"{scheme}://{conn.host}:{conn.port}" if conn.port else f"{scheme}://{conn.host}"
+        client = AirflowPoolClient(base, username=conn.login, password=conn.password)
+        return PoolActuator(client, pool_name(job.name))
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        from primus_lib.scaling.step import scaling_step
+        from primus_operators._common import load_spec, utc
+
+        job = load_spec(self.spec_path)
+        backend = None
+        if self.scale_stream_executors and "stream_executor" in job.spec.resources.roles:
+            from primus_lib.resources import backend_for
+
+            backend = backend_for(job, self.spec_path)
+        decisions = scaling_step(job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job),
+                                 backend=backend)  # fmt: skip
+        for decision in decisions:
+            self.log.info("scaling decision: %s", decision.to_dict())
+        end = context.get("data_interval_end")
+        window = job.spec.timer.window_size
+        due = end is None or datetime.now(UTC) >= utc(end) + window
+        return PokeReturnValue(is_done=due, xcom_value=[d.to_dict() for d in decisions] if due else None)
+
+
+ScalerSensor = PrimusScalerSensor  # short alias

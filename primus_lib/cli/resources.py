@@ -1,0 +1,57 @@
+"""``primus resources ACTION SPEC``: run a job's roles through its resource backend from the shell
+(start = idempotent ensure_running, status, scale, resize, stop, rebalance across clusters, and
+one Dynamic Scaling Manager step)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+ACTIONS = ("start", "status", "scale", "resize", "stop", "rebalance", "autoscale")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("resources", help="start/inspect/scale/stop a job's roles (resource backend)")
+    parser.add_argument("action", choices=ACTIONS)
+    parser.add_argument("spec", help="PrimusJob spec file")
+    parser.add_argument("--role", help="role to scale or resize")
+    parser.add_argument("--replicas", type=int, help="scale: the new replica count")
+    parser.add_argument("--cpu", help="resize: cores per worker (2, 500m)")
+    parser.add_argument("--memory", help="resize: memory per worker (4Gi)")
+    parser.add_argument("--prometheus", help="autoscale: Prometheus URL (default: in-process registry)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_lib.resources import backend_for
+    from primus_lib.spec import load_job
+    from primus_lib.spec.units import parse_quantity
+
+    job = load_job(args.spec)
+    backend = backend_for(job, args.spec)
+    if args.action in ("scale", "resize") and not args.role:
+        raise SystemExit(f"primus resources {args.action}: --role is required")
+    if args.action == "start":
+        print(json.dumps(backend.ensure_running().to_dict(), indent=1))
+    elif args.action == "status":
+        print(json.dumps(backend.status().to_dict(), indent=1))
+    elif args.action == "scale":
+        if args.replicas is None:
+            raise SystemExit("primus resources scale: --replicas is required")
+        backend.scale(args.role, args.replicas)
+    elif args.action == "resize":
+        cpu = parse_quantity(args.cpu) if args.cpu else None
+        memory = parse_quantity(args.memory) if args.memory else None
+        backend.resize(args.role, cpu=cpu, memory=memory)
+    elif args.action == "stop":
+        backend.stop()
+    elif args.action == "rebalance":
+        if not hasattr(backend, "rebalance"):
+            raise SystemExit("primus resources rebalance: the spec names no spec.resources.clusters")
+        print(json.dumps(backend.rebalance(), indent=1))
+    else:
+        from primus_lib.scaling.step import scaling_step
+
+        decisions = scaling_step(job, prometheus_url=args.prometheus, backend=backend)
+        print(json.dumps([d.to_dict() for d in decisions], indent=1, default=str))
+    return 0

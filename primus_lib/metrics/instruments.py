@@ -1,0 +1,111 @@
+"""Instrumentation helpers: a data executor or trainer makes one object and calls ``observe_*``.
+
+Usage (an executor)::
+
+    metrics = ExecutorMetrics(job="ctr-demo", worker="3", cpu_limit=2, memory_limit=4 * 2**30)
+    serve(port)                                # optional: expose /metrics for Prometheus
+    metrics.observe_buffer(fill_rows, capacity_rows)
+    metrics.observe_process()                  # psutil: CPU and RSS of this process tree
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+
+from primus_lib.metrics import names as n
+
+_LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
+
+
+def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY):
+    """Expose ``registry`` on http://addr:port/metrics; returns (server, thread)."""
+    return start_http_server(port, addr=addr, registry=registry)
+
+
+def write_snapshot(directory, name: str, registry: CollectorRegistry = REGISTRY) -> None:
+    """Write ``registry`` to ``directory/<name>.prom`` atomically (Prometheus text format): how a
+    process without an HTTP endpoint reports to the scaler (primus_lib.metrics.readers.TextfileReader).
+    Call it every few seconds; the job's directory is ``JobPaths.for_job(job).metrics_dir``."""
+    from pathlib import Path
+
+    from prometheus_client import write_to_textfile
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(target / f"{name}.prom"), registry)
+
+
+def _gauge(registry: CollectorRegistry, name: str, doc: str) -> Gauge:
+    existing = registry._names_to_collectors.get(name)  # one family per registry, shared by workers
+    return existing if existing is not None else Gauge(name, doc, _LABELS, registry=registry)
+
+
+def _counter(registry: CollectorRegistry, name: str, doc: str) -> Counter:
+    existing = registry._names_to_collectors.get(name.removesuffix("_total"))
+    return existing if existing is not None else Counter(name, doc, _LABELS, registry=registry)
+
+
+class ExecutorMetrics:
+    """Gauges of one data executor: buffer fill, CPU and memory utilisation against its limits."""
+
+    def __init__(self, job: str, worker: str, cpu_limit: float, memory_limit: float, role: str = "data_executor",
+                 registry: CollectorRegistry = REGISTRY, pid: int | None = None) -> None:  # fmt: skip
+        self.labels = {n.JOB_LABEL: job, n.ROLE_LABEL: role, n.WORKER_LABEL: str(worker)}
+        self.cpu_limit, self.memory_limit = float(cpu_limit), float(memory_limit)
+        self.buffer = _gauge(registry, n.BUFFER_UTILISATION, "Sample buffer fill, 0..1").labels(**self.labels)
+        self.cpu = _gauge(registry, n.CPU_UTILISATION, "Used / allocated cores, 0..1").labels(**self.labels)
+        self.memory = _gauge(registry, n.MEMORY_UTILISATION, "RSS / memory limit, 0..1").labels(**self.labels)
+        self.cores = _gauge(registry, n.CPU_USED_CORES, "Cores used").labels(**self.labels)
+        self.rss = _gauge(registry, n.MEMORY_USED_BYTES, "Resident memory, bytes").labels(**self.labels)
+        self.ooms = _counter(registry, n.OOM_KILLS, "OOM kills of this executor").labels(**self.labels)
+        self.samples = _counter(registry, n.SAMPLES, "Samples produced").labels(**self.labels)
+        self._proc = psutil.Process(pid or os.getpid())
+        self._proc.cpu_percent(None)
+
+    def observe_buffer(self, filled: float, capacity: float) -> None:
+        self.buffer.set(0.0 if capacity <= 0 else min(1.0, max(0.0, filled / capacity)))
+
+    def observe_usage(self, cores: float, rss_bytes: float) -> None:
+        self.cores.set(cores)
+        self.rss.set(rss_bytes)
+        self.cpu.set(min(1.0, cores / self.cpu_limit) if self.cpu_limit > 0 else 0.0)
+        self.memory.set(min(1.0, rss_bytes / self.memory_limit) if self.memory_limit > 0 else 0.0)
+
+    def observe_process(self) -> None:
+        """Measure this process tree with psutil (CPU since the last call, RSS now)."""
+        procs = [self._proc, *self._proc.children(recursive=True)]
+        cores = self._proc.cpu_percent(None) / 100.0
+        rss = 0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        self.observe_usage(cores, rss)
+
+    def add_samples(self, count: int) -> None:
+        self.samples.inc(count)
+
+    def oom_killed(self) -> None:
+        self.ooms.inc()
+
+
+class TrainerMetrics:
+    """A trainer's view of its input: how long it waited for data (starved) or was back-pressured."""
+
+    def __init__(self, job: str, worker: str = "0", registry: CollectorRegistry = REGISTRY) -> None:
+        labels = {n.JOB_LABEL: job, n.ROLE_LABEL: "trainer", n.WORKER_LABEL: str(worker)}
+        self.starved = _gauge(registry, n.TRAINER_STARVED, "Share of step time waiting for data").labels(**labels)
+        self.backpressure = _gauge(registry, n.TRAINER_BACKPRESSURE, "Share of time the input queue was full").labels(
+            **labels
+        )
+        self.samples = _counter(registry, n.TRAINER_SAMPLES, "Samples trained").labels(**labels)
+
+    def observe_step(self, wait_seconds: float, total_seconds: float, queue_full_seconds: float = 0.0) -> None:
+        if total_seconds <= 0:
+            return
+        self.starved.set(min(1.0, max(0.0, wait_seconds / total_seconds)))
+        self.backpressure.set(min(1.0, max(0.0, queue_full_seconds / total_seconds)))

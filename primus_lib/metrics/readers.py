@@ -1,0 +1,173 @@
+"""Where the Dynamic Scaling Manager reads its inputs: a real Prometheus server (production,
+and the integration test) or the in-process prometheus-client registry (the embedded default)."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from primus_lib.metrics import names as n
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The data executors and trainers of one job at one instant (utilisations are 0..1)."""
+
+    at: float
+    executors: int
+    buffer: float
+    cpu: float
+    memory: float
+    cpu_cores_max: float
+    memory_bytes_max: float
+    oom_kills: float
+    trainer_starved: float
+    trainer_backpressure: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    at: float
+    cpu_cores: float
+    memory_bytes: float
+
+
+class MetricsReader(ABC):
+    def __init__(self, job: str, role: str = "data_executor") -> None:
+        self.job, self.role = job, role
+
+    @abstractmethod
+    def snapshot(self) -> Snapshot | None:
+        """The current values, or None when no executor reports yet."""
+
+    def usage_history(self, lookback_seconds: float, step_seconds: float) -> list[UsagePoint] | None:
+        """Peak per-executor usage over the look-back window, oldest first; None = not available here."""
+        return None
+
+
+class RegistryReader(MetricsReader):
+    """Reads the in-process registry the executors and trainers of the embedded default fill."""
+
+    def __init__(self, job: str, role: str = "data_executor", registry: CollectorRegistry = REGISTRY) -> None:
+        super().__init__(job, role)
+        self.registry = registry
+
+    def _families(self):
+        return self.registry.collect()
+
+    def _values(self, name: str, role: str | None) -> list[float]:
+        out: list[float] = []
+        for family in self._families():
+            for sample in family.samples:
+                if sample.name != name or sample.labels.get(n.JOB_LABEL) != self.job:
+                    continue
+                if role is not None and sample.labels.get(n.ROLE_LABEL) != role:
+                    continue
+                out.append(float(sample.value))
+        return out
+
+    def snapshot(self) -> Snapshot | None:
+        buffers = self._values(n.BUFFER_UTILISATION, self.role)
+        if not buffers:
+            return None
+        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+        top = lambda xs: max(xs) if xs else 0.0  # noqa: E731
+        return Snapshot(
+            at=time.time(), executors=len(buffers), buffer=mean(buffers),
+            cpu=mean(self._values(n.CPU_UTILISATION, self.role)),
+            memory=mean(self._values(n.MEMORY_UTILISATION, self.role)),
+            cpu_cores_max=top(self._values(n.CPU_USED_CORES, self.role)),
+            memory_bytes_max=top(self._values(n.MEMORY_USED_BYTES, self.role)),
+            oom_kills=sum(self._values(n.OOM_KILLS, self.role)),
+            trainer_starved=top(self._values(n.TRAINER_STARVED, "trainer")),
+            trainer_backpressure=top(self._values(n.TRAINER_BACKPRESSURE, "trainer")),
+        )  # fmt: skip
+
+
+class TextfileReader(RegistryReader):
+    """Reads the metric snapshots processes write with ``write_snapshot`` (Prometheus text format,
+    one file per worker under JobPaths(...).metrics_dir): the embedded default, where executors and
+    trainers are separate processes and no Prometheus server runs. Files older than ``stale_seconds``
+    (a dead worker's last words) are ignored."""
+
+    def __init__(self, job: str, directory, role: str = "data_executor", stale_seconds: float = 300.0) -> None:
+        super().__init__(job, role)
+        self.directory, self.stale_seconds = Path(directory), stale_seconds
+
+    def _families(self):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        now = time.time()
+        for path in sorted(self.directory.glob("*.prom")):
+            try:
+                if now - path.stat().st_mtime > self.stale_seconds:
+                    continue
+                text = path.read_text()
+            except FileNotFoundError:  # replaced between listing and reading
+                continue
+            yield from text_string_to_metric_families(text)
+
+
+class PrometheusReader(MetricsReader):
+    """Instant and range queries against a Prometheus server's HTTP API (/api/v1/query[_range])."""
+
+    def __init__(self, url: str, job: str, role: str = "data_executor", timeout: float = 10.0,
+                 session: requests.Session | None = None) -> None:  # fmt: skip
+        super().__init__(job, role)
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.session = session or requests.Session()
+
+    def _sel(self, role: str) -> str:
+        return f'{{{n.JOB_LABEL}="{self.job}",{n.ROLE_LABEL}="{role}"}}'
+
+    def query(self, promql: str) -> float | None:
+        reply = self.session.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=self.timeout)
+        data = self._data(reply, promql)
+        return float(data["result"][0]["value"][1]) if data["result"] else None
+
+    def _data(self, reply: requests.Response, promql: str) -> dict:
+        if reply.status_code != 200:
+            raise RuntimeError(
+                f"Prometheus {self.url}: query {promql!r} answered {reply.status_code}: {reply.text[:300]}"
+            )
+        body = reply.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus {self.url}: query {promql!r} failed: {body}")
+        return body["data"]
+
+    def snapshot(self) -> Snapshot | None:
+        ex, tr = self._sel(self.role), self._sel("trainer")
+        count = self.query(f"count({n.BUFFER_UTILISATION}{ex})")
+        if not count:
+            return None
+        value = lambda q: self.query(q) or 0.0  # noqa: E731
+        return Snapshot(
+            at=time.time(), executors=int(count), buffer=value(f"avg({n.BUFFER_UTILISATION}{ex})"),
+            cpu=value(f"avg({n.CPU_UTILISATION}{ex})"), memory=value(f"avg({n.MEMORY_UTILISATION}{ex})"),
+            cpu_cores_max=value(f"max({n.CPU_USED_CORES}{ex})"),
+            memory_bytes_max=value(f"max({n.MEMORY_USED_BYTES}{ex})"),
+            oom_kills=value(f"sum({n.OOM_KILLS}{ex})"),
+            trainer_starved=value(f"max({n.TRAINER_STARVED}{tr})"),
+            trainer_backpressure=value(f"max({n.TRAINER_BACKPRESSURE}{tr})"),
+        )  # fmt: skip
+
+    def usage_history(self, lookback_seconds: float, step_seconds: float) -> list[UsagePoint] | None:
+        end = time.time()
+        ex = self._sel(self.role)
+        series = {}
+        for key, name in (("cpu", n.CPU_USED_CORES), ("mem", n.MEMORY_USED_BYTES)):
+            promql = f"max({name}{ex})"
+            params = {"query": promql, "start": end - lookback_seconds, "end": end, "step": max(1.0, step_seconds)}
+            reply = self.session.get(f"{self.url}/api/v1/query_range", params=params, timeout=self.timeout)
+            result = self._data(reply, promql)["result"]
+            series[key] = {float(t): float(v) for t, v in result[0]["values"]} if result else {}
+        times = sorted(set(series["cpu"]) & set(series["mem"]))
+        return [UsagePoint(t, series["cpu"][t], series["mem"][t]) for t in times]

@@ -1,0 +1,3 @@
+"""The Kubernetes backend: PrimusJob custom resource + Indexed Job / PyTorchJob + StatefulSets."""
+
+from __future__ import annotations

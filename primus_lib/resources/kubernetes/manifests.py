@@ -1,0 +1,212 @@
+"""Kubernetes objects for one PrimusJob, as plain dicts (what `kubectl apply` would take).
+
+- trainer: an Indexed Job (servers >= INDEXED_JOB_MIN) or a PyTorchJob (when the Kubeflow CRD
+  exists), plus a headless Service for torchrun's rendezvous (stable pod DNS names);
+- other runnable roles (stream executors, parameter servers): a StatefulSet each;
+- the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
+Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from primus_lib.resources import roles as role_rules
+from primus_lib.spec.crd import GROUP, PLURAL, VERSION
+from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.resources import RoleSpec
+from primus_lib.spec.units import format_cpu, format_memory
+
+INDEXED_JOB_MIN = (1, 22)  # completionMode: Indexed is beta (on by default) from 1.22; alpha in 1.21
+SPEC_MOUNT = "/etc/primus"
+SPEC_FILE = f"{SPEC_MOUNT}/job.yaml"
+RDZV_PORT = 29400
+RUN_AS = 1000
+WORKLOAD_SERVICE_ACCOUNT = "primus-workload"
+JOB_LABEL, ROLE_LABEL = "primus.dev/job", "primus.dev/role"
+PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
+
+
+def dns(name: str) -> str:
+    return name.replace("_", "-").lower()
+
+
+def workload_name(job: PrimusJob, role: str) -> str:
+    return f"{job.name}-{dns(role)}"
+
+
+def trainer_service_name(job: PrimusJob) -> str:
+    return f"{job.name}-trainer"
+
+
+def spec_configmap_name(job: PrimusJob) -> str:
+    return f"{job.name}-spec"
+
+
+def labels(job: PrimusJob, role: str | None = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/name": "primus", "app.kubernetes.io/managed-by": "primus-controller", JOB_LABEL: job.name}
+    if role is not None:
+        out[ROLE_LABEL] = dns(role)
+    return out
+
+
+def resources(spec: RoleSpec, cpu: float | None = None, memory: float | None = None) -> dict[str, Any]:
+    amounts = {"cpu": format_cpu(cpu if cpu is not None else spec.cpu),
+               "memory": format_memory(memory if memory is not None else spec.memory)}  # fmt: skip
+    limits = dict(amounts)
+    if spec.gpu:
+        limits["nvidia.com/gpu"] = str(spec.gpu)
+    return {"requests": amounts, "limits": limits}
+
+
+def pod_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+
+
+def container_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+
+
+def command(job: PrimusJob, role: str, trainer_nodes: int = 1, indexed: bool = False) -> list[str] | None:
+    """The container command: RoleSpec.command ({SPEC} -> the mounted spec), else the role's default."""
+    spec = job.spec.resources.roles[role]
+    if spec.command:
+        return [str(part).replace("{SPEC}", SPEC_FILE) for part in spec.command]
+    if role == role_rules.TRAINER_ROLE:
+        rank = "$(JOB_COMPLETION_INDEX)" if indexed else "0"
+        master = f"{job.name}-trainer-0.{trainer_service_name(job)}" if indexed else "127.0.0.1"
+        return ["torchrun", f"--nnodes={trainer_nodes}", f"--nproc-per-node={max(1, spec.gpu)}",
+                f"--node-rank={rank}", f"--master-addr={master}", f"--master-port={RDZV_PORT}",
+                "-m", "primus_lib.cli.main", "train", SPEC_FILE]  # fmt: skip
+    default = role_rules.default_command(role, SPEC_FILE)  # None when the subcommand does not exist
+    return None if default is None else ["primus", *default[3:]]
+
+
+def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None,
+                 subdomain: str | None = None) -> dict[str, Any]:  # fmt: skip
+    spec = job.spec.resources.roles[role]
+    env = [{"name": "PRIMUS_JOB", "value": job.name}, {"name": "PRIMUS_ROLE", "value": role},
+           {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)}]  # fmt: skip
+    container = {
+        "name": "main", "image": spec.image or "primus:latest", "command": cmd, "env": env,
+        "resources": resources(spec, cpu, memory), "securityContext": container_security(),
+        "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }  # fmt: skip
+    if role == role_rules.TRAINER_ROLE:
+        container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
+    pod: dict[str, Any] = {
+        "restartPolicy": restart, "serviceAccountName": WORKLOAD_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False, "securityContext": pod_security(), "containers": [container],
+        "volumes": [{"name": "spec", "configMap": {"name": spec_configmap_name(job)}},
+                    {"name": "tmp", "emptyDir": {}}],
+    }  # fmt: skip
+    if subdomain:
+        pod["subdomain"] = subdomain
+    return {"metadata": {"labels": labels(job, role)}, "spec": pod}
+
+
+def owner(owner_uid: str | None, job: PrimusJob) -> list[dict[str, Any]]:
+    if not owner_uid:
+        return []
+    return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "PrimusJob", "name": job.name, "uid": owner_uid,
+             "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+
+
+def meta(job: PrimusJob, name: str, role: str | None, owner_uid: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "labels": labels(job, role)}
+    refs = owner(owner_uid, job)
+    if refs:
+        out["ownerReferences"] = refs
+    return out
+
+
+def quantities(change: dict[str, Any]) -> dict[str, Any]:
+    """cpu/memory as Kubernetes quantity strings (the CRD's int-or-string fields reject 2.5)."""
+    out = dict(change)
+    if "cpu" in out:
+        out["cpu"] = format_cpu(float(out["cpu"]))
+    if "memory" in out:
+        out["memory"] = format_memory(float(out["memory"]))
+    return out
+
+
+def primusjob_object(job: PrimusJob, namespace: str) -> dict[str, Any]:
+    body = job.model_dump(mode="json", exclude_none=True)
+    body["metadata"] = {"name": job.name, "namespace": namespace, "labels": dict(job.metadata.labels)}
+    roles = body["spec"]["resources"]["roles"]
+    for name in roles:
+        roles[name] = quantities(roles[name])
+    return body
+
+
+def spec_configmap(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
+    text = yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(job, spec_configmap_name(job), None, owner_uid),
+            "data": {"job.yaml": text}}  # fmt: skip
+
+
+def trainer_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
+    """Headless: each trainer pod gets a DNS name <pod-hostname>.<service> for the rendezvous."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": meta(job, trainer_service_name(job), "trainer", owner_uid),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(job, "trainer"),
+                     "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}]}}  # fmt: skip
+
+
+def trainer_job(job: PrimusJob, indexed: bool, owner_uid: str | None = None, replicas: int | None = None,
+                cpu=None, memory=None) -> dict[str, Any]:  # fmt: skip
+    spec = job.spec.resources.roles["trainer"]
+    n = spec.replicas if replicas is None else replicas
+    template = pod_template(job, "trainer", "Never", cmd=command(job, "trainer", n, indexed) or [], cpu=cpu,
+                            memory=memory, subdomain=trainer_service_name(job))  # fmt: skip
+    body: dict[str, Any] = {"completions": n, "parallelism": n, "backoffLimit": spec.max_restarts * max(1, n),
+                            "template": template}  # fmt: skip
+    if indexed:
+        body["completionMode"] = "Indexed"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
+            "spec": body}  # fmt: skip
+
+
+def pytorch_job(job: PrimusJob, owner_uid: str | None = None, replicas: int | None = None, cpu=None,
+                memory=None) -> dict[str, Any]:  # fmt: skip
+    """Kubeflow's PyTorchJob: the training operator sets MASTER_ADDR/RANK; one Master + n-1 Workers."""
+    spec = job.spec.resources.roles["trainer"]
+    n = spec.replicas if replicas is None else replicas
+    cmd = (
+        spec.command
+        and command(job, "trainer")
+        or ["torchrun", f"--nproc-per-node={max(1, spec.gpu)}", "-m", "primus_lib.cli.main", "train", SPEC_FILE]
+    )
+    template = pod_template(job, "trainer", "OnFailure", cmd=cmd, cpu=cpu, memory=memory)
+    template["spec"]["containers"][0]["name"] = "pytorch"  # the training operator looks for this name
+    replica_specs = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    if n > 1:
+        replica_specs["Worker"] = {"replicas": n - 1, "restartPolicy": "OnFailure", "template": template}
+    group, version, _ = PYTORCHJOB
+    return {"apiVersion": f"{group}/{version}", "kind": "PyTorchJob",
+            "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
+            "spec": {"runPolicy": {"backoffLimit": spec.max_restarts * max(1, n), "cleanPodPolicy": "None"},
+                     "pytorchReplicaSpecs": replica_specs}}  # fmt: skip
+
+
+def statefulset(job: PrimusJob, role: str, owner_uid: str | None = None, replicas: int | None = None, cpu=None,
+                memory=None) -> dict[str, Any]:  # fmt: skip
+    spec = job.spec.resources.roles[role]
+    name = workload_name(job, role)
+    template = pod_template(job, role, "Always", cmd=command(job, role) or [], cpu=cpu, memory=memory)
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(job, name, role, owner_uid),
+            "spec": {"replicas": spec.replicas if replicas is None else replicas, "serviceName": name,
+                     "podManagementPolicy": "Parallel", "selector": {"matchLabels": labels(job, role)},
+                     "updateStrategy": {"type": "RollingUpdate"}, "template": template}}  # fmt: skip
+
+
+def kind_of(role: str) -> str:
+    return "trainer" if role == role_rules.TRAINER_ROLE else "statefulset"
+
+
+__all__ = ["GROUP", "PLURAL", "VERSION"]

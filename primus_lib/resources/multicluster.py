@@ -1,0 +1,188 @@
+"""Several clusters at once: each role goes to the idlest cluster that fits it, and a cluster that
+gets busy gets resources back (its elastic roles shrink toward min_replicas).
+
+The placement (role -> cluster) is kept in JobPaths(...).root/resources/placement.json so another
+process reattaches to the same clusters.
+"""
+
+from __future__ import annotations
+
+import math
+
+from primus_lib.resources import roles as role_rules
+from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
+from primus_lib.resources.table import locked, read_json, resources_dir, write_json
+from primus_lib.spec.job import PrimusJob
+
+BUSY_IDLENESS = 0.10  # a cluster with less than 10% free CPU or memory is busy
+
+
+class MultiClusterBackend(ResourceBackend):
+    name = "multicluster"
+
+    def __init__(self, job: PrimusJob, spec_path: str | None = None,
+                 members: dict[str, ResourceBackend] | None = None) -> None:  # fmt: skip
+        super().__init__(job, spec_path)
+        self.members = members if members is not None else self._members()
+        for member in self.members.values():
+            member.only = set()
+        self._apply_placement()
+
+    def _members(self) -> dict[str, ResourceBackend]:
+        out: dict[str, ResourceBackend] = {}
+        for target in self.job.spec.resources.clusters:
+            if target.backend == "kubernetes":
+                from primus_lib.resources.kubernetes.backend import KubernetesBackend
+                from primus_lib.resources.kubernetes.cluster import Cluster, api_client_for
+
+                cluster = Cluster(api_client_for(target.kubeconfig, target.context), target.namespace, target.name)
+                out[target.name] = KubernetesBackend(self.job, self.spec_path, cluster=cluster, roles=())
+            else:
+                from primus_lib.resources.yarn import YarnBackend
+
+                out[target.name] = YarnBackend(self.job, self.spec_path, target=target, roles=())
+        return out
+
+    # -- placement --------------------------------------------------------------------------
+    @property
+    def _file(self):
+        return resources_dir(self.job) / "placement.json"
+
+    def placement(self) -> dict[str, str]:
+        return read_json(self._file, {})
+
+    def _apply_placement(self) -> None:
+        placed = self.placement()
+        for name, member in self.members.items():
+            member.only = {role for role, where in placed.items() if where == name}
+
+    def idleness(self, name: str) -> tuple[float, float, float, float]:
+        """(free share, free cores, free bytes, total cores) of one cluster."""
+        member = self.members[name]
+        if hasattr(member, "cluster"):
+            from primus_lib.resources.kubernetes.capacity import capacity
+
+            cap = capacity(member.cluster)
+            if cap is None:
+                return 0.0, 0.0, 0.0, 0.0
+            return cap.idleness, cap.free_cpu, cap.free_memory, cap.cpu_total
+        return member.idleness()
+
+    def place(self, role: str) -> str:
+        """The idlest cluster whose free CPU and memory fit all of the role's replicas."""
+        spec = self.job.spec.resources.roles[role]
+        need_cpu, need_mem = spec.cpu * spec.replicas, spec.memory * spec.replicas
+        options = []
+        for name in self.members:
+            share, cpu, mem, _ = self.idleness(name)
+            if cpu >= need_cpu and mem >= need_mem:
+                options.append((share, cpu, name))
+        if not options:
+            free = {n: self.idleness(n)[1:3] for n in self.members}
+            raise ResourceError(
+                f"job {self.job.name!r}: role {role!r} needs {need_cpu:g} cores and {need_mem / 2**30:.1f} GiB; "
+                f"no cluster has that free: "
+                + ", ".join(f"{n}: {c:g} cores, {m / 2**30:.1f} GiB" for n, (c, m) in free.items())
+            )
+        options.sort(reverse=True)
+        return options[0][2]
+
+    def _where(self, role: str) -> ResourceBackend:
+        placed = self.placement()
+        if role not in placed:
+            raise ResourceError(f"job {self.job.name!r}: role {role!r} is not placed on any cluster yet")
+        return self.members[placed[role]]
+
+    # -- the interface ----------------------------------------------------------------------
+    def _role_status(self, role: str) -> RoleStatus:
+        placed = self.placement()
+        if role not in placed:
+            spec = self.job.spec.resources.roles[role]
+            return RoleStatus(role, desired=spec.replicas, cpu=spec.cpu, memory=spec.memory)
+        status = self.members[placed[role]].role_status(role)
+        status.cluster = placed[role]
+        return status
+
+    def submit(self) -> JobStatus:
+        with locked(resources_dir(self.job)):
+            placed = self.placement()
+            for wave in role_rules.start_order(self.job):
+                for role in wave:
+                    member_has_cmd = any(getattr(mb, "runnable", lambda r: True)(role) for mb in self.members.values())
+                    if role in placed or not member_has_cmd:
+                        continue
+                    placed[role] = self.place(role)
+                    write_json(self._file, placed)
+                    self._apply_placement()
+                    self.members[placed[role]].create_role(role)
+                if not all(self._ready(r) for r in wave):
+                    break
+        return self.status()
+
+    def _ready(self, role: str) -> bool:
+        placed = self.placement()
+        if role not in placed:
+            return True  # not run by any backend (e.g. batch executors: Airflow mapped tasks)
+        member = self.members[placed[role]]
+        status = member.role_status(role)
+        if hasattr(member, "role_ready"):
+            return member.role_ready(status)
+        return status.running >= status.desired
+
+    def ensure_running(self) -> JobStatus:
+        current = self.status()
+        if current.phase in ("Succeeded", "Failed"):
+            return current
+        return self.submit()
+
+    def status(self) -> JobStatus:
+        roles = {r: self._role_status(r) for r in self.job.spec.resources.roles}
+        for name, r in roles.items():
+            if r.failed and role_rules.is_critical(self.job, name):
+                return JobStatus(self.job.name, "Failed", roles, f"critical role {name!r} failed on {r.cluster}")
+        trainer = roles.get(role_rules.TRAINER_ROLE)
+        if trainer and trainer.started and trainer.succeeded >= trainer.desired > 0:
+            return JobStatus(self.job.name, "Succeeded", roles)
+        if not any(r.started for r in roles.values()):
+            return JobStatus(self.job.name, "Stopped", roles, "nothing placed")
+        placed = self.placement()
+        pending = [r for r in placed if not roles[r].started]
+        return JobStatus(self.job.name, "Pending" if pending else "Running", roles)
+
+    def scale(self, role: str, replicas: int) -> None:
+        self._where(role).scale(role, replicas)
+
+    def resize(self, role: str, cpu: float | None = None, memory: float | None = None) -> None:
+        self._where(role).resize(role, cpu, memory)
+
+    def stop(self) -> None:
+        for member in self.members.values():
+            if member.only:
+                member.stop()
+
+    def rebalance(self) -> list[dict]:
+        """Give resources back on busy clusters: shrink elastic roles there toward min_replicas,
+        just enough to bring the cluster back above BUSY_IDLENESS. Returns the changes made."""
+        changes = []
+        placed = self.placement()
+        for name, member in self.members.items():
+            share, free_cpu, _, total_cpu = self.idleness(name)
+            if share >= BUSY_IDLENESS:
+                continue
+            for role in [r for r, where in placed.items() if where == name]:
+                spec = self.job.spec.resources.roles[role]
+                current = member.role_status(role).desired
+                if current <= spec.min_count:
+                    continue
+                if total_cpu:
+                    deficit = BUSY_IDLENESS * total_cpu - free_cpu
+                    release = max(1, math.ceil(deficit / spec.cpu)) if spec.cpu > 0 else 1
+                else:
+                    release = current - spec.min_count
+                target = max(spec.min_count, current - release)
+                member.scale(role, target)
+                changes.append({"cluster": name, "role": role, "from": current, "to": target, "idleness": share})
+                share, free_cpu, _, total_cpu = self.idleness(name)
+                if share >= BUSY_IDLENESS:
+                    break
+        return changes

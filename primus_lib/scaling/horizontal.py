@@ -1,0 +1,115 @@
+"""Horizontal policy: the number of data executors, from the load L_u = w . u (the paper's rule).
+
+u = [sample-buffer utilisation, CPU utilisation, memory utilisation] of the data executors.
+L_u < threshold -> the buffers run dry (the trainers out-consume the executors): add executors.
+L_u > threshold -> the buffers stay full: remove some (their unfinished tasks go back to pending).
+
+Two guards the paper leaves implicit, both read directly from the trainers:
+- add only while a trainer is *starved* (waits for data), never while it back-pressures
+  (its input queue is full: more executors would only fill buffers; ray #45331), and not while
+  executors asked for earlier are still starting (they do not report metrics yet);
+- remove only while the trainers back-pressure (the buffers are full, executors idle) and none
+  is starved, at a quarter of the pace of adding (buffers lag the change).
+
+Why CPU and memory get small default weights (docs/scaling.md has the derivation): the buffer and
+CPU terms move in opposite directions (an under-provisioned pool has empty buffers and busy CPUs),
+so a large CPU/memory weight can hold L_u above the threshold while the trainers starve. With
+weights w = [w_b, w_c, w_m], the buffer term alone decides whenever
+    b < (threshold - DEAD_BAND - w_c - w_m) / w_b   (add)   or   b > (threshold + DEAD_BAND) / w_b   (remove),
+whatever CPU and memory read. The defaults [0.8, 0.1, 0.1] with threshold 0.5 give b < 0.31 -> add and
+b > 0.69 -> remove; CPU and memory only tip decisions inside that band, where the starvation guard rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from primus_lib.scaling.base import Decision, PolicyContext, ScalingPolicy
+from primus_lib.spec.scaling import HorizontalScaling
+
+DEFAULT_WEIGHTS = (0.8, 0.1, 0.1)
+DEAD_BAND = 0.05  # |L_u - threshold| below this: hold (no flapping around the threshold)
+STARVED_MIN = 0.05  # a trainer waiting >= 5% of its step time for data is starved
+BACKPRESSURE_MAX = 0.20  # a trainer whose input queue is full >= 20% of the time is the bottleneck
+DOWN_FRACTION = 0.25  # without usage history: scale down at a quarter of the pace of scale-up
+HEADROOM = 0.05  # executors kept above the estimated need when scaling down
+MIN_DOWN_SHARE = 0.01  # removals smaller than 1% of the pool are not worth a decision (churn)
+
+
+class HorizontalPolicy(ScalingPolicy):
+    name = "horizontal"
+
+    def __init__(self, spec: HorizontalScaling, role: str = "data_executor") -> None:
+        self.spec, self.role = spec, role
+        total = sum(spec.weights)
+        self.weights = tuple(w / total for w in spec.weights)
+
+    def cooldown_seconds(self) -> float:
+        return self.spec.cooldown.total_seconds()
+
+    def load(self, ctx: PolicyContext) -> float:
+        s = ctx.snapshot
+        return sum(w * u for w, u in zip(self.weights, (s.buffer, s.cpu, s.memory), strict=True))
+
+    # -- predicates -------------------------------------------------------------------------
+    def _starved(self, ctx: PolicyContext) -> bool:
+        return ctx.snapshot.trainer_starved >= STARVED_MIN
+
+    def _back_pressured(self, ctx: PolicyContext) -> bool:
+        return ctx.snapshot.trainer_backpressure >= BACKPRESSURE_MAX
+
+    def _starting(self, ctx: PolicyContext) -> bool:
+        """Executors asked for earlier do not report yet: their effect is still to come."""
+        return ctx.snapshot.executors < ctx.allocation.replicas
+
+    def _should_scale_up(self, ctx: PolicyContext, load: float) -> bool:
+        return (load < self.spec.threshold - DEAD_BAND and self._starved(ctx) and not self._back_pressured(ctx)
+                and not self._starting(ctx) and ctx.allocation.replicas < ctx.allocation.max_replicas)  # fmt: skip
+
+    def _should_scale_down(self, ctx: PolicyContext, load: float) -> bool:
+        return (load > self.spec.threshold + DEAD_BAND and not self._starved(ctx) and self._back_pressured(ctx)
+                and ctx.allocation.replicas > ctx.allocation.min_replicas)  # fmt: skip
+
+    # -- sizes ------------------------------------------------------------------------------
+    def _up_by(self, ctx: PolicyContext) -> int:
+        """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s)."""
+        n, s = ctx.allocation.replicas, min(ctx.snapshot.trainer_starved, 0.9)
+        wanted = math.ceil(n * s / (1.0 - s))
+        return max(1, min(wanted, math.ceil(n * self.spec.step)))
+
+    def _down_by(self, ctx: PolicyContext, load: float) -> int:
+        """Back-pressured executors are throttled: each uses cpu x cores now, and could use the peak
+        per-executor usage seen in the window; keep enough at that peak (+ HEADROOM) for today's
+        output. Without history: in proportion to L_u's excess, slowly. At most ``step`` of the pool."""
+        n, theta = ctx.allocation.replicas, self.spec.threshold
+        cap = math.floor(n * self.spec.step)
+        peak = max((p.cpu_cores for p in ctx.history), default=0.0)
+        used = ctx.snapshot.cpu * ctx.allocation.cpu
+        if peak > 0 and used > 0:
+            keep = math.ceil(n * min(1.0, used / peak) * (1 + HEADROOM))
+            drop = max(0, min(n - keep, cap))
+            return drop if drop >= n * MIN_DOWN_SHARE else 0
+        excess = min(1.0, (load - theta) / max(1e-9, 1.0 - theta))
+        return max(1, math.floor(n * self.spec.step * excess * DOWN_FRACTION))
+
+    def decide(self, ctx: PolicyContext) -> Decision | None:
+        if not self.spec.enabled:
+            return None
+        load = self.load(ctx)
+        alloc = ctx.allocation
+        inputs = {"load": round(load, 4), "threshold": self.spec.threshold, "weights": list(self.weights),
+                  **ctx.snapshot.to_dict(), "replicas": alloc.replicas}  # fmt: skip
+        if self._should_scale_up(ctx, load):
+            target = min(alloc.max_replicas, alloc.replicas + self._up_by(ctx))
+            reason = f"L_u {load:.3f} < {self.spec.threshold} and trainer starved {ctx.snapshot.trainer_starved:.2f}"
+            return Decision(
+                self.name, "scale_up", alloc.role, replicas=target, reason=reason, inputs=inputs, at=ctx.now
+            )
+        if self._should_scale_down(ctx, load):
+            target = max(alloc.min_replicas, alloc.replicas - self._down_by(ctx, load))
+            if target == alloc.replicas:
+                return None
+            reason = f"L_u {load:.3f} > {self.spec.threshold} and no trainer starved"
+            return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
+                            at=ctx.now)  # fmt: skip
+        return None

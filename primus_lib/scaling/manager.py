@@ -1,0 +1,158 @@
+"""The Dynamic Scaling Manager: one decision per tick, one strategy at a time, cooldowns,
+every decision logged with its inputs and exported as a metric.
+
+A tick: read a metrics snapshot -> build the context (allocation, usage history, new OOM kills) ->
+ask the urgent policy first (OOM), else the policies in order while no cooldown holds -> apply
+the first decision through the actuator -> record it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from primus_lib.metrics import names as n
+from primus_lib.metrics.readers import MetricsReader, UsagePoint
+from primus_lib.scaling.base import Allocation, Decision, PolicyContext, ScalingPolicy
+from primus_lib.scaling.horizontal import HorizontalPolicy
+from primus_lib.scaling.store import ScalingStore
+from primus_lib.scaling.vertical import VerticalPolicy
+from primus_lib.spec.job import PrimusJob
+
+log = logging.getLogger("primus.scaling")
+HISTORY_KEEP_SECONDS = 3600.0
+
+
+class Actuator(Protocol):
+    """Applies a decision (backend replicas, Airflow pool slots, executor_config ...)."""
+
+    def apply(self, decision: Decision) -> None: ...
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        found = registry._names_to_collectors
+        self.decisions = found.get(n.DECISIONS.removesuffix("_total")) or Counter(
+            n.DECISIONS, "Scaling decisions applied", ("primus_job", "policy", "action"), registry=registry
+        )
+        self.target = found.get(n.TARGET) or Gauge(
+            n.TARGET, "Allocation after the latest decision", ("primus_job", "role", "resource"), registry=registry
+        )
+        self.load = found.get(n.LOAD) or Gauge(n.LOAD, "Horizontal load L_u", ("primus_job",), registry=registry)
+
+
+class ScalingManager:
+    def __init__(self, job: PrimusJob, reader: MetricsReader, actuator: Actuator, *,
+                 role: str = "data_executor", policies: Sequence[ScalingPolicy] | None = None,
+                 store: ScalingStore | None = None, clock: Callable[[], float] = time.time,
+                 registry: CollectorRegistry = REGISTRY) -> None:  # fmt: skip
+        self.job, self.reader, self.actuator, self.role, self.clock = job, reader, actuator, role, clock
+        scaling = job.spec.scaling
+        self.policies = list(policies) if policies is not None else [
+            HorizontalPolicy(scaling.horizontal, role), VerticalPolicy(scaling.vertical, role)
+        ]  # fmt: skip
+        self.store = store or ScalingStore(None)
+        self.metrics = _Metrics(registry)
+        self.lookback = scaling.vertical.lookback.total_seconds()
+
+    # -- state ------------------------------------------------------------------------------
+    def allocation(self, state: dict) -> Allocation:
+        spec = self.job.spec.resources.roles[self.role]
+        current = state.get("allocation", {})
+        return Allocation(self.role, int(current.get("replicas", spec.replicas)), float(current.get("cpu", spec.cpu)),
+                          float(current.get("memory", spec.memory)), spec.min_count, spec.max_count)  # fmt: skip
+
+    def _history(self, state: dict, now: float, snapshot) -> list[UsagePoint]:
+        rows = [r for r in state.get("history", []) if r[0] >= now - HISTORY_KEEP_SECONDS]
+        rows.append([now, snapshot.cpu_cores_max, snapshot.memory_bytes_max])
+        state["history"] = rows
+        remote = self.reader.usage_history(self.lookback, self.job.spec.scaling.interval.total_seconds())
+        if remote:
+            return remote
+        return [UsagePoint(*r) for r in rows]
+
+    def _held(self, state: dict, policy: ScalingPolicy, now: float) -> bool:
+        last = state.get("last_change")
+        if not last:
+            return False
+        # one strategy at a time: after any change, wait the cooldown of the policy that made it
+        settle = self._settle_of(last["policy"]) if last["policy"] != policy.name else 0.0
+        own = state.get("last_by_policy", {}).get(policy.name, -1e18) + policy.cooldown_seconds()
+        return now < last["at"] + settle or now < own
+
+    def _settle_of(self, name: str) -> float:
+        for policy in self.policies:
+            if policy.name == name:
+                return policy.settle_seconds()
+        return 0.0
+
+    # -- one tick ---------------------------------------------------------------------------
+    def tick(self) -> Decision | None:
+        now = self.clock()
+        state = self.store.load()
+        snapshot = self.reader.snapshot()
+        if snapshot is None:
+            log.info("scaling %s: no metrics yet, holding", self.job.name)
+            return None
+        oom_seen = float(state.get("oom_seen", snapshot.oom_kills))
+        new_ooms = max(0.0, snapshot.oom_kills - oom_seen)
+        state["oom_seen"] = snapshot.oom_kills
+        alloc = self.allocation(state)
+        ctx = PolicyContext(now, snapshot, alloc, self._history(state, now, snapshot), new_ooms)
+        for policy in self.policies:
+            if isinstance(policy, HorizontalPolicy):
+                self.metrics.load.labels(self.job.name).set(policy.load(ctx))
+        decision = self._choose(ctx, state, now)
+        if decision is not None:
+            self.actuator.apply(decision)
+            self._record(decision, alloc, state, now)
+        self.store.save(state)
+        return decision
+
+    def _choose(self, ctx: PolicyContext, state: dict, now: float) -> Decision | None:
+        for policy in self.policies:
+            if policy.urgent(ctx):
+                decision = policy.decide(ctx)
+                if decision is not None:
+                    return decision
+        for policy in self.policies:
+            if self._held(state, policy, now):
+                continue
+            decision = policy.decide(ctx)
+            if decision is not None:
+                return decision
+        return None
+
+    def _record(self, decision: Decision, alloc: Allocation, state: dict, now: float) -> None:
+        current = state.setdefault("allocation", {"replicas": alloc.replicas, "cpu": alloc.cpu, "memory": alloc.memory})
+        for key in ("replicas", "cpu", "memory"):
+            value = getattr(decision, key)
+            if value is not None:
+                current[key] = value
+                self.metrics.target.labels(self.job.name, decision.role, key).set(value)
+        state["last_change"] = {"policy": decision.policy, "at": now}
+        state.setdefault("last_by_policy", {})[decision.policy] = now
+        self.metrics.decisions.labels(self.job.name, decision.policy, decision.action).inc()
+        if decision.action == "resize":
+            self.store.set_resources(decision.role, current["cpu"], current["memory"])
+        record = decision.to_dict()
+        self.store.record(record)
+        log.info("scaling %s: %s", self.job.name, json.dumps(record, sort_keys=True, default=str))
+
+
+class BackendActuator:
+    """Applies decisions through a ResourceBackend (stream executors' replicas, resize)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def apply(self, decision: Decision) -> None:
+        if decision.replicas is not None:
+            self.backend.scale(decision.role, decision.replicas)
+        if decision.action == "resize":
+            self.backend.resize(decision.role, cpu=decision.cpu, memory=decision.memory)

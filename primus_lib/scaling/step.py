@@ -1,0 +1,66 @@
+"""One scaling step for a job: what the Airflow scaler sensor (or `primus`, or a cron) runs between
+windows. Batch data executors scale through the job's Airflow pool (horizontal) and the
+executor_config the DAG's mapped tasks read (vertical: scaling/resources.json); stream executors
+scale and resize through the resource backend."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from primus_lib.metrics.readers import MetricsReader, PrometheusReader, RegistryReader, TextfileReader
+from primus_lib.paths import JobPaths
+from primus_lib.scaling.base import Decision
+from primus_lib.scaling.manager import Actuator, BackendActuator, ScalingManager
+from primus_lib.scaling.store import ScalingStore, scaling_dir
+from primus_lib.spec.job import PrimusJob
+
+BATCH_ROLE, STREAM_ROLE = "data_executor", "stream_executor"
+
+
+class _StoreOnly:
+    """Vertical decisions need no call: the manager stores them where the mapped tasks read them."""
+
+    def apply(self, decision: Decision) -> None:
+        return None
+
+
+def reader_for(job: PrimusJob, role: str, prometheus_url: str | None,
+               registry: CollectorRegistry = REGISTRY) -> MetricsReader:  # fmt: skip
+    """Prometheus when a URL is given; else the snapshots in the job's metrics dir (executors and
+    trainers in other processes); else this process's registry."""
+    if prometheus_url:
+        return PrometheusReader(prometheus_url, job.name, role)
+    metrics_dir = JobPaths.for_job(job).metrics_dir
+    if metrics_dir.is_dir() and any(metrics_dir.glob("*.prom")):
+        return TextfileReader(job.name, metrics_dir, role)
+    return RegistryReader(job.name, role, registry)
+
+
+def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actuator: Actuator | None = None,
+                 backend=None, registry: CollectorRegistry = REGISTRY) -> list[Decision]:  # fmt: skip
+    """Tick the manager of each scaled role once; returns the decisions applied (at most one per role)."""
+    roles = job.spec.resources.roles
+    decisions: list[Decision] = []
+    if BATCH_ROLE in roles:
+        actuator = pool_actuator or _StoreOnly()
+        store = ScalingStore(scaling_dir(job) / BATCH_ROLE)
+        manager = ScalingManager(job, reader_for(job, BATCH_ROLE, prometheus_url, registry), actuator,
+                                 role=BATCH_ROLE, store=store, registry=registry)  # fmt: skip
+        decision = manager.tick()
+        if decision is not None:
+            _share_resources(job, store, decision)
+            decisions.append(decision)
+    if STREAM_ROLE in roles and backend is not None:
+        store = ScalingStore(scaling_dir(job) / STREAM_ROLE)
+        manager = ScalingManager(job, reader_for(job, STREAM_ROLE, prometheus_url, registry), BackendActuator(backend),
+                                 role=STREAM_ROLE, store=store, registry=registry)  # fmt: skip
+        decision = manager.tick()
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+def _share_resources(job: PrimusJob, store: ScalingStore, decision: Decision) -> None:
+    """Mirror the role's resources to scaling/resources.json, where role_resources() reads them."""
+    if decision.action == "resize":
+        ScalingStore(scaling_dir(job)).set_resources(decision.role, decision.cpu, decision.memory)

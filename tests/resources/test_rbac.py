@@ -1,0 +1,90 @@
+"""config/rbac/ against the real apiserver: a token of the controller's ServiceAccount (TokenRequest
+API) runs a job, and is denied what it must not do."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from primus_lib.resources.kubernetes.backend import KubernetesBackend
+from primus_lib.resources.kubernetes.cluster import Cluster
+from tests.resources.conftest import ROOT, apply_crd, new_namespace
+from tests.resources.test_kubernetes import k8s_job, simulate_statefulset_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
+
+
+def apply_rbac(api, namespace: str) -> None:
+    """Apply config/rbac/*.yaml with the namespace (and the cluster-wide names) made unique."""
+    rbac, core = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api)
+    suffix = uuid.uuid4().hex[:6]
+    for path in sorted((ROOT / "config" / "rbac").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            doc["metadata"].pop("namespace", None)
+            for subject in doc.get("subjects", []):
+                subject["namespace"] = namespace
+            kind = doc["kind"]
+            if kind == "ServiceAccount":
+                core.create_namespaced_service_account(namespace, doc)
+            elif kind == "Role":
+                rbac.create_namespaced_role(namespace, doc)
+            elif kind == "RoleBinding":
+                rbac.create_namespaced_role_binding(namespace, doc)
+            elif kind == "ClusterRole":
+                doc["metadata"]["name"] += f"-{suffix}"
+                rbac.create_cluster_role(doc)
+            elif kind == "ClusterRoleBinding":
+                doc["metadata"]["name"] += f"-{suffix}"
+                doc["roleRef"]["name"] += f"-{suffix}"
+                rbac.create_cluster_role_binding(doc)
+            else:
+                raise AssertionError(f"{path}: unexpected kind {kind}")
+
+
+def service_account_token(api, namespace: str, name: str = "primus-controller") -> str:
+    body = {"spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}}
+    return client.CoreV1Api(api).create_namespaced_service_account_token(name, namespace, body).status.token
+
+
+def denied(call) -> bool:
+    try:
+        call()
+    except ApiException as exc:
+        return exc.status == 403
+    return False
+
+
+def test_controller_service_account_can_run_a_job_and_nothing_more(kube_apiserver, job_env):
+    admin = kube_apiserver.client()
+    apply_crd(admin)
+    ns, other = new_namespace(admin), new_namespace(admin)
+    apply_rbac(admin, ns)
+    token = service_account_token(admin, ns)
+    api = kube_apiserver.client(token)
+
+    backend = KubernetesBackend(k8s_job(), cluster=Cluster(api, ns))
+    backend.submit()
+    simulate_statefulset_ready(KubernetesBackend(k8s_job(), cluster=Cluster(admin, ns)), "stream_executor", 2)
+    assert backend.reconcile().phase == "Running"  # created the trainer Job, patched the CR status
+    backend.scale("stream_executor", 3)
+    backend.resize("stream_executor", cpu=2)
+    assert client.CoreV1Api(api).list_node().items == []  # allowed (cluster-wide read of nodes)
+
+    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    assert denied(lambda: core.list_namespaced_secret(ns))
+    assert denied(lambda: core.create_namespaced_pod(ns, pod))
+    assert denied(lambda: core.connect_post_namespaced_pod_exec("p", ns, command="sh"))
+    assert denied(lambda: apps.create_namespaced_stateful_set(other, backend.workload("stream_executor", None)))
+    assert denied(lambda: core.delete_namespace(other))
+    assert denied(lambda: core.patch_node("n", {"metadata": {"labels": {"x": "y"}}}))
+    binding = {"metadata": {"name": "escalate"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+               "name": "cluster-admin"}, "subjects": [{"kind": "ServiceAccount", "name": "primus-controller", "namespace": ns}]}  # fmt: skip
+    assert denied(lambda: rbac.create_namespaced_role_binding(ns, binding))
+    # the workload identity has no rights at all
+    workload = kube_apiserver.client(service_account_token(admin, ns, "primus-workload"))
+    assert denied(lambda: client.CoreV1Api(workload).list_namespaced_pod(ns))

@@ -1,0 +1,91 @@
+"""The horizontal policy: the paper's rule, the starvation/back-pressure guards, and the soundness
+of the default weights for CPU and memory, shown on the pool model of primus_lib.scaling.simulation."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus_lib.scaling.horizontal import DEFAULT_WEIGHTS, HorizontalPolicy
+from primus_lib.scaling.simulation import Load, PoolModel
+from primus_lib.spec.scaling import HorizontalScaling
+from tests.scaling.helpers import context, history, snapshot
+
+POLICY = HorizontalPolicy(HorizontalScaling())
+
+
+def test_spec_default_weights_are_the_policy_defaults():
+    assert tuple(HorizontalScaling().weights) == DEFAULT_WEIGHTS
+
+
+def test_dry_buffers_and_starved_trainer_add_executors():
+    d = POLICY.decide(context(snapshot(buffer=0.02, cpu=0.95, memory=0.6, starved=0.2), replicas=40))
+    assert d.action == "scale_up" and d.replicas == 50  # 40 x 0.2 / 0.8 = 10 more
+    assert d.inputs["load"] < 0.5 and "starved" in d.reason
+
+
+def test_never_adds_while_the_trainer_back_pressures_ray_45331():
+    # buffers drained by a burst, but the trainer's own queue is full: it is the bottleneck
+    assert POLICY.decide(context(snapshot(buffer=0.05, cpu=0.3, starved=0.1, backpressure=0.5))) is None
+
+
+def test_no_add_without_starvation_and_none_while_executors_start():
+    assert POLICY.decide(context(snapshot(buffer=0.05, cpu=0.9, starved=0.0))) is None
+    assert POLICY.decide(context(snapshot(buffer=0.0, starved=0.3, executors=8), replicas=12)) is None
+
+
+def test_full_buffers_and_back_pressure_remove_executors_by_estimated_need():
+    snap = snapshot(buffer=1.0, cpu=0.4, memory=0.9, backpressure=1.0)
+    # each executor uses 0.4 x 4 = 1.6 cores now and peaked at 3.2: half the pool (+5%) is enough
+    d = POLICY.decide(context(snap, replicas=100, cpu=4.0, history=history([3.2, 3.0, 3.1])))
+    assert d.action == "scale_down" and d.replicas == 75  # capped by step 0.25
+    d = POLICY.decide(context(snap, replicas=100, cpu=4.0, history=history([1.7, 1.7])))
+    assert d.replicas == 99  # 1.6 / 1.7 x 1.05 of the pool
+
+
+def test_respects_bounds_and_dead_band():
+    assert POLICY.decide(context(snapshot(buffer=0.0, starved=0.5), replicas=100, hi=100)) is None
+    full = snapshot(buffer=1.0, cpu=0.2, backpressure=1.0)
+    assert POLICY.decide(context(full, replicas=3, lo=3)) is None
+    # L_u within threshold +- DEAD_BAND: hold
+    assert POLICY.decide(context(snapshot(buffer=0.5, cpu=0.5, memory=0.5, starved=0.1))) is None
+
+
+def steady_state(provision: float, memory_base: float) -> tuple:
+    """The model's state after 10 minutes with executor capacity = provision x trainer demand."""
+    load = Load(cost=0.01, demand=10_000.0)
+    n = 100
+    cores = provision * load.demand * load.cost / n
+    model = PoolModel(n, cores, 8 * 2**30)
+    for _ in range(10):
+        model.run(load, 60)
+    s = model.snapshot(load)
+    return s.buffer, s.cpu, memory_base, s.trainer_starved, s.trainer_backpressure
+
+
+@pytest.mark.parametrize("memory", [0.2, 0.5, 0.95])
+@pytest.mark.parametrize("provision", [0.5, 0.7, 0.85, 0.9])
+def test_default_weights_add_whenever_under_provisioned(provision, memory):
+    """Under-provisioned pools have dry buffers and busy CPUs (often full memory): CPU and memory
+    push L_u up, yet with w = [0.8, 0.1, 0.1] the rule still says add."""
+    b, c, m, s, bp = steady_state(provision, memory)
+    assert s > 0 and c > 0.9
+    d = POLICY.decide(context(snapshot(buffer=b, cpu=c, memory=m, starved=s, backpressure=bp)))
+    assert d is not None and d.action == "scale_up", (b, c, m, s)
+
+
+@pytest.mark.parametrize("memory", [0.2, 0.5, 0.95])
+@pytest.mark.parametrize("provision", [1.3, 1.6, 2.5])
+def test_default_weights_remove_whenever_over_provisioned(provision, memory):
+    b, c, m, s, bp = steady_state(provision, memory)
+    d = POLICY.decide(context(snapshot(buffer=b, cpu=c, memory=m, starved=s, backpressure=bp), replicas=100,
+                              cpu=4.0, history=history([4.0, 4.0, 4.0])))  # fmt: skip
+    assert d is not None and d.action == "scale_down", (b, c, m, s, bp)
+
+
+def test_heavier_cpu_memory_weights_hold_while_the_trainer_starves():
+    """Why not [0.6, 0.2, 0.2]: a starving pool at full CPU and memory reads L_u = 0.6 b + 0.4,
+    inside the dead band for small b - it holds while the trainer waits."""
+    heavy = HorizontalPolicy(HorizontalScaling(weights=[0.6, 0.2, 0.2]))
+    snap = snapshot(buffer=0.1, cpu=1.0, memory=1.0, starved=0.15)
+    assert heavy.decide(context(snap)) is None
+    assert POLICY.decide(context(snap)).action == "scale_up"
