@@ -34,7 +34,13 @@ trap 'rm -rf "$WORK"' EXIT
 
 # A private deb-src list and apt state: the system's apt configuration stays untouched.
 CODENAME=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this machine's apt already uses (deb822 sources or the classic list).
+system_mirror() {
+  { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
+    grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } | grep -v -e security -e '^$' | head -n1
+}
+MIRROR=${DEBIAN_MIRROR:-$(system_mirror)}
+[ -n "$MIRROR" ] || { echo "build-kube-apiserver: no Debian mirror configured; set DEBIAN_MIRROR" >&2; exit 1; }
 cat >"$WORK/apt/sources.list" <<EOF
 deb $MIRROR $CODENAME main
 deb-src $MIRROR $CODENAME main
