@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.training import FeaturesSpec
@@ -36,20 +37,59 @@ def job_keys(job: PrimusJob) -> list[str]:
     return keys
 
 
-def hash_buckets(values: pa.Array | np.ndarray, buckets: int) -> np.ndarray:
-    """Stable (across processes and hosts) hash of raw ids into ``[0, buckets)``."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+def hash_buckets(values: pa.Array | pa.ChunkedArray | np.ndarray, buckets: int) -> np.ndarray:
+    """Stable (across processes and hosts) hash of raw ids into ``[0, buckets)``.
+
+    Integers: splitmix64 of the value as uint64, modulo ``buckets``. Strings: pandas'
+    ``hash_array`` (SipHash-2-4 of the UTF-8 bytes, fixed key), modulo ``buckets``. An Arrow
+    string array is dictionary-encoded first and only its distinct values are hashed (ids repeat
+    heavily in CTR logs): the result is bit-identical to hashing every value.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        if values.null_count == 0 and _is_stringlike(values.type):
+            return _hash_strings_by_dictionary(values, buckets)
         values = values.to_numpy(zero_copy_only=False)
     if values.dtype.kind in "iu":
-        hashed = _splitmix64(values.astype(np.uint64, copy=False))
+        return _bucket(_splitmix64(values), buckets)
+    return _bucket(pd.util.hash_array(np.asarray(values, dtype=object)), buckets)
+
+
+def _is_stringlike(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return _is_stringlike(kind.value_type)
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _hash_strings_by_dictionary(values: pa.Array, buckets: int) -> np.ndarray:
+    encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+    distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
+    hashed = _bucket(pd.util.hash_array(distinct, categorize=False), buckets)
+    return hashed[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _bucket(hashed: np.ndarray, buckets: int) -> np.ndarray:
+    """``hashed % buckets`` as int64, in place (a mask when ``buckets`` is a power of two)."""
+    if buckets & (buckets - 1) == 0:
+        np.bitwise_and(hashed, np.uint64(buckets - 1), out=hashed)
     else:
-        hashed = pd.util.hash_array(np.asarray(values, dtype=object))
-    return (hashed % np.uint64(buckets)).astype(np.int64)
+        np.remainder(hashed, np.uint64(buckets), out=hashed)
+    return hashed.view(np.int64)
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a fresh uint64 copy, computed in place (no temporaries per step)."""
+    z = x.astype(np.uint64, copy=True)
+    t = np.empty_like(z)
     with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+        z += np.uint64(0x9E3779B97F4A7C15)
+        np.right_shift(z, np.uint64(30), out=t)
+        z ^= t
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        np.right_shift(z, np.uint64(27), out=t)
+        z ^= t
+        z *= np.uint64(0x94D049BB133111EB)
+        np.right_shift(z, np.uint64(31), out=t)
+        z ^= t
+    return z

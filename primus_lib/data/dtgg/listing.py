@@ -37,7 +37,7 @@ class Listing:
     def files(self, directory: str) -> list[FileEntry] | None:
         """The directory's files sorted by name, or None if the directory was not seen."""
         found = self.dirs.get(directory)
-        return None if found is None else sorted(found, key=lambda e: e.name)
+        return None if found is None else sorted(found)  # (name, size): names are unique in a directory
 
 
 class FusedLister:
@@ -97,10 +97,11 @@ class FusedLister:
 
     def _walk(self, fs, directory: str) -> dict[str, list[FileEntry]]:
         out: dict[str, list[FileEntry]] = defaultdict(list)
+        entry = FileEntry
         for info in self._ls(fs, directory, recursive=True):
             if info.is_file:
                 parent, _, name = info.path.rpartition("/")
-                out[parent + "/"].append(FileEntry(name, info.size or 0))
+                out[parent + "/"].append(entry(name, info.size or 0))
         return out
 
     def _ls(self, fs, directory: str, recursive: bool) -> list[pafs.FileInfo]:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -84,17 +83,25 @@ class DataSourceOp:
     def tasks(self, start: datetime, part: Partition, files: list[FileEntry]) -> list[DataTask]:
         wid = window_id(start)
         split = self.source.split_bytes if self.source.format == "parquet" else None
+        stream, source, fmt = self.stream.name, self.source.name, self.source.format
+        prefix = f"{stream}.{wid}.{source}."
+        base_uri = self.location.uri(part.directory)  # + name: the same as uri(directory + name)
         out: list[DataTask] = []
         for entry in files:
-            path = part.directory + entry.name
-            uri = self.location.uri(path)
-            n = max(1, math.ceil(entry.size / split)) if split and entry.size > split else 1
-            for k in range(n):
-                offset, length = (k * split, split) if n > 1 else (0, None)  # type: ignore[operator]
+            name, size = entry
+            path = part.directory + name
+            uri = base_uri + name
+            n = -(-size // split) if split and size > split else 1
+            if n == 1:  # the common case: one task per file
                 out.append(DataTask.fast(
-                    id=f"{self.stream.name}.{wid}.{self.source.name}.{len(out):05d}",
-                    stream=self.stream.name, source=self.source.name, window=wid, uri=uri, path=path,
-                    format=self.source.format, size=entry.size, offset=offset, length=length, split=k, splits=n,
+                    id=f"{prefix}{len(out):05d}", stream=stream, source=source, window=wid, uri=uri, path=path,
+                    format=fmt, size=size, offset=0, length=None, split=0, splits=1,
+                ))  # fmt: skip
+                continue
+            for k in range(n):
+                out.append(DataTask.fast(
+                    id=f"{prefix}{len(out):05d}", stream=stream, source=source, window=wid, uri=uri, path=path,
+                    format=fmt, size=size, offset=k * split, length=split, split=k, splits=n,
                 ))  # fmt: skip
         return out
 

@@ -29,7 +29,7 @@ class DataTask:
         """Build without the per-field frozen ``__setattr__`` of ``__init__`` (the planner makes
         millions); the caller passes every field."""
         task = object.__new__(cls)
-        task.__dict__.update(values)
+        object.__setattr__(task, "__dict__", values)
         return task
 
     def to_dict(self) -> dict:

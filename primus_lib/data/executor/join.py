@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from datetime import datetime
 
 import numpy as np
@@ -38,8 +39,13 @@ def window_seed(job: PrimusJob, stream: str, window: str) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def join_window(job: PrimusJob, stream_name: str, window_start: datetime) -> Manifest:
-    """Join + shuffle + commit the window from the staged outputs of all its tasks (idempotent)."""
+def join_window(
+    job: PrimusJob, stream_name: str, window_start: datetime, *, timings: dict[str, float] | None = None
+) -> Manifest:
+    """Join + shuffle + commit the window from the staged outputs of all its tasks (idempotent).
+
+    ``timings``, if given, receives the seconds spent per stage (read, join, shuffle, commit)."""
+    lap = _Laps(timings)
     stream = job.stream(stream_name)
     paths = JobPaths.for_job(job)
     directory = paths.window_dir(stream_name, window_start)
@@ -59,9 +65,12 @@ def join_window(job: PrimusJob, stream_name: str, window_start: datetime) -> Man
             )
         tables[task.source].append(read_staged(path))
     inputs = {name: _concat(parts) for name, parts in tables.items()}
+    lap("read")
     table = assemble(job, stream, inputs, wid)
+    lap("join")
     seed = window_seed(job, stream_name, wid)
     table = shuffle(table, seed)
+    lap("shuffle")
     extra = {
         "sources": {name: t.num_rows if t is not None else 0 for name, t in inputs.items()},
         "tasks": len(plan.tasks),
@@ -69,7 +78,22 @@ def join_window(job: PrimusJob, stream_name: str, window_start: datetime) -> Man
     manifest = write_window(directory, table, stream=stream_name, window=wid, seed=seed,
                             rows_per_shard=stream.rows_per_shard, extra=extra)  # fmt: skip
     shutil.rmtree(staging_dir(job, stream_name, wid), ignore_errors=True)  # committed: intermediates go
+    lap("commit")
     return manifest
+
+
+class _Laps:
+    """Seconds since the previous lap, added to ``timings[name]`` (a no-op without a dict)."""
+
+    def __init__(self, timings: dict[str, float] | None):
+        self.timings = timings
+        self.last = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.timings is not None:
+            now = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + now - self.last
+            self.last = now
 
 
 def _concat(parts: list[pa.Table]) -> pa.Table | None:
@@ -78,6 +102,8 @@ def _concat(parts: list[pa.Table]) -> pa.Table | None:
 
 
 def shuffle(table: pa.Table, seed: int) -> pa.Table:
+    """One seeded permutation gathered over the whole table, single-chunk columns (one record
+    batch per shard)."""
     order = np.random.default_rng(seed).permutation(table.num_rows)
     return table.take(pa.array(order)).combine_chunks()
 
@@ -121,12 +147,15 @@ def _ordered_join(left: pa.Table, right: pa.Table, keys: list[str], how: str) ->
 
 
 def _lookup_join(left: pa.Table, right: pa.Table, key: str, how: str) -> pa.Table | None:
-    """The common case, a right side with unique keys (clicks per request): one hash lookup per
-    left row, left order kept, no sort. None when right keys repeat (then the general join runs)."""
+    """The common case, a right side whose matched keys are unique (clicks per request): one hash
+    lookup per left row, left order kept, no sort. None when a matched key repeats on the right
+    (then the general join runs)."""
     right_keys = right.column(key).combine_chunks()
-    if right_keys.null_count or len(pc.unique(right_keys)) != right.num_rows:
+    if right_keys.null_count:
         return None
     index = pc.index_in(left.column(key), value_set=right_keys)
+    if _matched_key_repeats(right_keys, index):
+        return None
     if how == "inner":
         keep = pc.is_valid(index)
         left, index = left.filter(keep), pc.filter(index, keep)
@@ -135,6 +164,22 @@ def _lookup_join(left: pa.Table, right: pa.Table, key: str, how: str) -> pa.Tabl
         if name != key:
             out = out.append_column(right.schema.field(name), pc.take(right.column(name), index))
     return out
+
+
+def _matched_key_repeats(right_keys: pa.Array, index: pa.Array) -> bool:
+    """Whether a right key some left row matched occurs more than once on the right.
+
+    ``index_in`` points every match of a key at one right row with that key, so any other row
+    with a matched key is a right row nobody points at; only those rows (usually none: clicks
+    without an impression) are looked up among the matched keys, instead of hashing the
+    whole right side again to prove it unique."""
+    used = np.zeros(len(right_keys), dtype=bool)
+    used[pc.drop_null(index).to_numpy()] = True
+    if used.all():
+        return False
+    unused = right_keys.filter(pa.array(~used))
+    matched = right_keys.filter(pa.array(used))
+    return bool(pc.any(pc.is_in(unused, value_set=matched)).as_py())
 
 
 def _complete(job: PrimusJob, stream: StreamSpec, table: pa.Table, schema: pa.Schema, wid: str) -> pa.Table:

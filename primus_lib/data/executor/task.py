@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,12 +48,16 @@ def staging_path(job: PrimusJob, task: DataTask) -> Path:
     return staging_dir(job, task.stream, task.window) / task.source / f"{task.id}.arrow"
 
 
-def execute_task(job: PrimusJob, task: DataTask) -> TaskOutput:
-    """Decode one data task into its staging file; a task already staged is returned as is."""
+def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | None = None) -> TaskOutput:
+    """Decode one data task into its staging file; a task already staged is returned as is.
+
+    ``timings``, if given, accumulates the seconds spent reading + decoding and staging."""
     path = staging_path(job, task)
     if path.exists():
         return _describe(task.id, path)
+    began = time.perf_counter()
     table = read_task(job, task).combine_chunks()
+    read = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
@@ -60,6 +65,9 @@ def execute_task(job: PrimusJob, task: DataTask) -> TaskOutput:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if timings is not None:
+        timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
+        timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
     return TaskOutput(task.id, str(path), table.num_rows, digest)
 
 

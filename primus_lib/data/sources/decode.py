@@ -81,19 +81,19 @@ def _chunked(array: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def hash_ids(column: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
-    """Hash raw ids; integers and integer-valued floats as int64, anything else as strings."""
+    """Hash raw ids; integers and integer-valued floats as int64, anything else as strings
+    (kept in Arrow: ``hash_buckets`` hashes each distinct string once)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     kind = column.type
-    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_floating(kind):
         values = pc.fill_null(pc.cast(column, pa.int64()), 0).to_numpy(zero_copy_only=False)
-    elif pa.types.is_floating(kind):
-        values = pc.fill_null(pc.cast(column, pa.int64()), 0).to_numpy(zero_copy_only=False)
-    elif pa.types.is_dictionary(kind):
+        return hash_buckets(values, buckets)
+    if pa.types.is_dictionary(kind):
+        if column.null_count == 0 and pa.types.is_string(kind.value_type):
+            return hash_buckets(column, buckets)
         return hash_ids(column.dictionary_decode(), buckets)
-    else:
-        values = pc.fill_null(pc.cast(column, pa.string()), "").to_numpy(zero_copy_only=False)
-    return hash_buckets(values, buckets)
+    return hash_buckets(pc.fill_null(pc.cast(column, pa.string()), ""), buckets)
 
 
 def to_epoch_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
