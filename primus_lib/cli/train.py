@@ -1,0 +1,59 @@
+"""``primus train SPEC``: the long-running trainer (standalone or under torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="run the trainer of a job (batch windows + stream, checkpointed)")
+    parser.add_argument("spec", metavar="SPEC")
+    parser.add_argument("--until-window", metavar="WINDOW_ID", help="stop after this batch window (YYYYMMDDTHHMMSSZ)")
+    parser.add_argument("--max-steps", type=int, help="stop after this many training steps in total")
+    parser.add_argument("--mode", help="override spec.training.mode")
+    parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds between looks for new windows")
+    parser.add_argument("--checkpoint-steps", type=int, help="also checkpoint every N steps (default: per window)")
+    parser.add_argument(
+        "--idle-exit", type=float, help="exit when no new data arrived for this many seconds (default: wait forever)"
+    )
+    parser.add_argument(
+        "--switch-at",
+        metavar="ISO",
+        help="offline_then_online: first stream instant (default: timer start + lag + 1 day)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_lib.cli.datagen import parse_utc
+    from primus_lib.paths import parse_window_id
+    from primus_lib.spec import load_job
+    from primus_lib.train.trainer import TrainerOptions, run_trainer
+
+    job = load_job(args.spec)
+    try:
+        switch_at = parse_utc(args.switch_at, "--switch-at") if args.switch_at else None
+        if args.until_window:
+            parse_window_id(args.until_window)
+    except ValueError as exc:
+        print(f"primus train: {exc} (--until-window expects YYYYMMDDTHHMMSSZ)", file=sys.stderr)
+        return 2
+    if args.mode and args.mode not in ("mtrm", "single_tower", "offline", "online", "offline_then_online"):
+        print(
+            f"primus train: --mode {args.mode!r}: expected mtrm|single_tower|offline|online|offline_then_online",
+            file=sys.stderr,
+        )
+        return 2
+    options = TrainerOptions(
+        until_window=args.until_window,
+        max_steps=args.max_steps,
+        mode=args.mode,
+        poll_interval=args.poll_interval,
+        checkpoint_steps=args.checkpoint_steps,
+        idle_exit=args.idle_exit,
+        switch_at=switch_at,
+    )
+    summary = run_trainer(job, options)
+    print(summary)
+    return 0

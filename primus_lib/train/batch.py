@@ -1,0 +1,71 @@
+"""Sample-schema Arrow tables -> model input (KeyedJaggedTensor + dense + labels).
+
+Buffers own their numpy copies (pandas-3 / Arrow buffers are read-only), so torch gets
+writable memory without a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torchrec import KeyedJaggedTensor
+
+from primus_lib.spec.training import FeaturesSpec
+
+
+@dataclass
+class Batch:
+    """One minibatch: one id per sparse feature and row (single-valued features)."""
+
+    sparse: KeyedJaggedTensor
+    dense: torch.Tensor  # [B, n_dense] float32, raw values
+    labels: torch.Tensor  # [B] float32
+    ts: np.ndarray  # [B] int64 epoch ms
+    ids: list[str] | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column: str | None = None) -> Batch:
+    """Build a :class:`Batch`; missing columns are an error that names them."""
+    names = set(table.column_names)
+    wanted = [features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense]
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        raise ValueError(f"sample table lacks columns {missing} (has {sorted(names)})")
+    rows = table.num_rows
+    keys = [f.name for f in features.sparse]
+    values = np.concatenate([_np(table, k, np.int64) for k in keys]) if keys else np.zeros(0, np.int64)
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=keys,
+        values=torch.from_numpy(values),
+        lengths=torch.ones(rows * len(keys), dtype=torch.int64),
+    )
+    if features.dense:
+        dense = np.stack([_np(table, k, np.float32) for k in features.dense], axis=1)
+    else:
+        dense = np.zeros((rows, 0), np.float32)
+    ids = None
+    if id_column and id_column in names:
+        ids = table.column(id_column).to_pylist()
+    return Batch(
+        sparse=sparse,
+        dense=torch.from_numpy(dense),
+        labels=torch.from_numpy(_np(table, features.label, np.float32)),
+        ts=_np(table, features.timestamp, np.int64),
+        ids=ids,
+    )
+
+
+def _np(table: pa.Table | pa.RecordBatch, name: str, dtype: type) -> np.ndarray:
+    column = table.column(name)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if column.null_count:
+        column = column.fill_null(0)
+    return np.array(column.to_numpy(zero_copy_only=False), dtype=dtype, copy=True)

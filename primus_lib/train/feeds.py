@@ -1,0 +1,124 @@
+"""Where the trainer's buffers get rows: committed batch windows in queue order, and streams.
+
+Both feeds keep a cursor that only moves past rows they have handed to a buffer; together
+with the buffers' pending rows (saved in the checkpoint) that is the exact data position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from primus_lib.data.shards import read_manifest
+from primus_lib.data.stream import StreamReader
+from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
+from primus_lib.paths import parse_window_id
+
+SEQ_COLUMN = "__seq"  # tags batch rows with their queue entry, to know when a window is consumed
+
+
+class BatchFeed:
+    """Shards of one batch stream's committed windows, strictly in training-queue order.
+
+    A window may be read once ``gate(window_start_ms)`` allows it (the batch-lag rule) and
+    only while ``admit(window)`` accepts it (``until``/timer end/mode switch).
+    """
+
+    def __init__(self, queue: TrainingQueue, stream: str, lag: timedelta, ts_column: str):
+        self.queue = queue
+        self.stream = stream
+        self.lag_ms = int(lag.total_seconds() * 1000)
+        self.ts_column = ts_column
+        self.seq = 0  # queue seq of the window being read; 0 = none yet
+        self.shard = 0  # next shard of that window
+        self.done_seq = 0  # last window fully read
+        self.windows: dict[int, QueuedWindow] = {}
+
+    def position(self) -> dict:
+        return {"seq": self.seq, "shard": self.shard, "done_seq": self.done_seq}
+
+    def seek(self, position: dict) -> None:
+        self.seq, self.shard, self.done_seq = int(position["seq"]), int(position["shard"]), int(position["done_seq"])
+
+    def next_window(self) -> QueuedWindow | None:
+        if self.seq and self.seq != self.done_seq:
+            return self.windows.get(self.seq) or self._lookup(self.seq)
+        for window in self.queue.windows(self.stream, after_seq=self.done_seq):
+            self.windows[window.seq] = window
+            return window
+        return None
+
+    def _lookup(self, seq: int) -> QueuedWindow | None:
+        for window in self.queue.windows(self.stream, after_seq=seq - 1):
+            if window.seq == seq:
+                self.windows[seq] = window
+                return window
+        raise RuntimeError(f"training queue lost window seq {seq} of stream {self.stream!r}")
+
+    def read(self, gate: Callable[[int], bool], admit: Callable[[QueuedWindow], bool]) -> pa.Table | None:
+        """The next shard (tagged with its window's seq), or None when none may be read yet."""
+        window = self.next_window()
+        if window is None or not admit(window):
+            return None
+        start_ms = int(parse_window_id(window.window).timestamp() * 1000)
+        if not gate(start_ms + self.lag_ms):
+            return None
+        manifest = read_manifest(Path(window.path))
+        if manifest is None:
+            raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
+        if self.seq != window.seq:
+            self.seq, self.shard = window.seq, 0
+        if self.shard >= len(manifest.shards) or manifest.rows == 0:
+            self.done_seq = window.seq
+            return pa.table({SEQ_COLUMN: pa.array([], pa.int64())})
+        info = manifest.shards[self.shard]
+        with pa.memory_map(str(Path(window.path) / info.file)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        self.shard += 1
+        if self.shard >= len(manifest.shards):
+            self.done_seq = window.seq
+        return table.append_column(SEQ_COLUMN, pa.array(np.full(table.num_rows, window.seq, np.int64)))
+
+
+class StreamFeed:
+    """One stream source; tracks the event-time watermark of what it has read."""
+
+    def __init__(self, name: str, reader: StreamReader, ts_column: str, keep_from_ms: int | None = None):
+        self.name = name
+        self.reader = reader
+        self.ts_column = ts_column
+        self.keep_from_ms = keep_from_ms  # offline_then_online: rows before the switch are not used
+        self.watermark_ms = -(2**62)
+        self.skipped = 0
+        self.caught_up = False  # the last poll found nothing: the reader is at the live edge
+
+    def read(self, max_rows: int, timeout: float) -> pa.Table | None:
+        batch = self.reader.poll(max_rows, timeout)
+        if batch is None or batch.num_rows == 0:
+            self.caught_up = True
+            return None
+        self.caught_up = False
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        ts = table.column(self.ts_column)
+        self.watermark_ms = max(self.watermark_ms, int(pc.max(ts).as_py()))
+        if self.keep_from_ms is not None:
+            keep = pc.greater_equal(ts, self.keep_from_ms)
+            kept = table.filter(keep)
+            self.skipped += table.num_rows - kept.num_rows
+            table = kept
+        return table
+
+    def position(self) -> dict:
+        return {"offsets": dict(self.reader.position()), "watermark_ms": self.watermark_ms}
+
+    def seek(self, position: dict) -> None:
+        self.reader.seek(position["offsets"])
+        self.watermark_ms = int(position["watermark_ms"])
+
+    def ended(self) -> bool:
+        return self.reader.end_of_data()

@@ -1,0 +1,126 @@
+"""Algorithm 1 and the training modes on one code path.
+
+Every mode consumes minibatches tagged with their kind (``batch`` or ``stream``):
+
+=====================  ======================  ======================  =============
+mode                   batch minibatch         stream minibatch        served output
+=====================  ======================  ======================  =============
+mtrm                   memory tower            adapt tower (h_aux)     spec.model.serve
+single_tower           the tower               the tower               the tower
+offline                the tower               (not read)              the tower
+online                 (not read)              the tower               the tower
+offline_then_online    the tower until switch  the tower after switch  the tower
+=====================  ======================  ======================  =============
+
+Dense parameters of each tower have their own Adam optimizer, so a batch step cannot move
+the adapt tower and a stream step cannot move the memory tower. Embeddings follow
+``spec.model.embedding_updates`` in MTRM (single-tower modes always update them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from primus_lib.spec.job import PrimusJob
+from primus_lib.train.batch import Batch
+from primus_lib.train.model import ModelOptions, TwoTowerModel
+
+KINDS = ("batch", "stream")
+
+
+@dataclass
+class StepResult:
+    graph: str  # "memory" | "adapt"
+    loss: float
+    probs: np.ndarray  # predictions of the trained graph before the update (progressive)
+
+
+class Stepper:
+    """Owns the model and its optimizers; runs one minibatch of one kind."""
+
+    def __init__(
+        self,
+        job: PrimusJob,
+        *,
+        mode: str | None = None,
+        options: ModelOptions | None = None,
+        embedding_updates: str | None = None,
+        serve: str | None = None,
+        learning_rate: float | None = None,
+        sparse_learning_rate: float | None = None,
+        seed: int | None = None,
+    ):
+        spec = job.spec
+        self.mode = mode or spec.training.mode
+        self.embedding_updates = embedding_updates or spec.model.embedding_updates
+        self.serve = serve or spec.model.serve
+        lr = learning_rate or spec.training.learning_rate
+        sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
+        torch.manual_seed(spec.training.seed if seed is None else seed)
+        self.model = TwoTowerModel(
+            spec.features, spec.model, two_towers=self.mode == "mtrm", sparse_lr=sparse_lr, options=options
+        )
+        self.optimizers: dict[str, torch.optim.Optimizer] = {
+            "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
+        }
+        if self.mode == "mtrm":
+            self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def graph_for(self, kind: str) -> str:
+        """Which computation graph a minibatch of ``kind`` runs (mode routing)."""
+        if kind not in KINDS:
+            raise ValueError(f"minibatch kind: expected one of {KINDS}, got {kind!r}")
+        return "adapt" if self.mode == "mtrm" and kind == "stream" else "memory"
+
+    def updates_embeddings(self, kind: str) -> bool:
+        return self.mode != "mtrm" or self.embedding_updates in ("both", kind)
+
+    def step(self, kind: str, batch: Batch) -> StepResult:
+        graph = self.graph_for(kind)
+        self.model.train()
+        emb = self.model.embed(batch.sparse)
+        if not self.updates_embeddings(kind):
+            emb = emb.detach()
+        x = self.model.inputs(emb, batch.dense)
+        logit = self.model.adapt_forward(x)[0] if graph == "adapt" else self.model.memory_forward(x)[0]
+        loss = self.loss_fn(logit, batch.labels)
+        optimizer = self.optimizers[graph]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # the fused row-wise Adagrad updates the touched embedding rows here
+        optimizer.step()
+        return StepResult(graph, float(loss.detach()), torch.sigmoid(logit.detach()).numpy())
+
+    @torch.no_grad()
+    def predict(self, batch: Batch, output: str | None = None) -> np.ndarray:
+        """The served probability (``output`` overrides: "memory" | "adapt")."""
+        self.model.eval()
+        x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
+        output = output or (self.serve if self.mode == "mtrm" else "memory")
+        logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
+        return torch.sigmoid(logit).numpy()
+
+    # -- checkpoint state ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "sparse_optimizer": self.sparse_optimizer().state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state["optimizers"][name])
+        self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
+
+    def sparse_optimizer(self):
+        emb = self.model.embeddings
+        if hasattr(emb, "fused_optimizer"):
+            return emb.fused_optimizer()
+
+        raise NotImplementedError("sparse optimizer state of a non-fused EBC comes from DMP's fused_optimizer")

@@ -1,0 +1,520 @@
+"""The trainer process: buffers fed from the training queue and the streams, the priority
+rule, Algorithm 1 steps, checkpoints that hold the data position, progress.json.
+
+Batch-lag rule: a batch window ``[s, s+w)`` is read only once the stream's position (the
+newest event time read, or the clock once every source has caught up) has reached
+``s + lag``, i.e. while the stream is at window ``t`` only batch windows up to ``t - lag``
+are trained, as production sees it. With no stream in the mode, or once a bounded stream
+has ended, the rule is off.
+
+Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
+not yet trained; resuming restores all of them. Stream offsets are committed to the source
+only after the checkpoint that covers them is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.compute as pc
+import torch
+from prometheus_client import CollectorRegistry
+
+from primus_lib.data.stream import StreamReader
+from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
+from primus_lib.paths import JobPaths, parse_window_id, window_id
+from primus_lib.spec.job import PrimusJob
+from primus_lib.train.batch import to_batch
+from primus_lib.train.checkpoint import atomic_write, load_latest, save_checkpoint
+from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed, StreamFeed
+from primus_lib.train.metrics import WindowStats
+from primus_lib.train.priority import Buffer, PriorityReader
+from primus_lib.train.progress import progress_document
+from primus_lib.train.steps import Stepper
+
+log = logging.getLogger("primus.trainer")
+
+READS_BATCH = {"mtrm", "single_tower", "offline", "offline_then_online"}
+READS_STREAM = {"mtrm", "single_tower", "online", "offline_then_online"}
+
+
+@dataclass
+class TrainerOptions:
+    until_window: str | None = None
+    max_steps: int | None = None
+    mode: str | None = None
+    poll_interval: float = 2.0
+    checkpoint_steps: int | None = None
+    idle_exit: float | None = None
+    switch_at: datetime | None = None  # offline_then_online; default default_switch(job)
+    sample_log: Path | None = None  # test aid: consumed sample ids per step
+    high_water: int = 4  # minibatches a buffer reads ahead
+    prefetch: bool = True  # read the feeds in a background thread
+    step_delay: float = 0.0  # test aid (PRIMUS_TRAIN_STEP_DELAY): sleep after each step
+
+
+def default_switch(job: PrimusJob) -> datetime:
+    """offline_then_online switches to the stream one day after the first batch window exists."""
+    lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
+    return job.spec.timer.start + lag + timedelta(days=1)
+
+
+class Trainer:
+    def __init__(
+        self,
+        job: PrimusJob,
+        options: TrainerOptions,
+        stream_readers: dict[str, list[StreamReader]] | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.job = job
+        self.options = options
+        self.clock = clock
+        self.mode = options.mode or job.spec.training.mode
+        self.paths = JobPaths.for_job(job)
+        spec = job.spec
+        self.features = spec.features
+        self.batch_size = spec.training.batch_size
+        self.window_ms = int(spec.timer.window_size.total_seconds() * 1000)
+        self.stepper = Stepper(job, mode=self.mode)
+        self.registry = registry or CollectorRegistry()
+        self.id_column = spec.features.id or (job_keys_first(job))
+        switch = options.switch_at or default_switch(job)
+        self.switch_ms = int(switch.timestamp() * 1000) if self.mode == "offline_then_online" else None
+        weights = spec.training.priority
+        buffers: list[Buffer] = []
+        self.batch_feeds: dict[str, BatchFeed] = {}
+        self.stream_feeds: dict[str, list[StreamFeed]] = {}
+        if self.mode in READS_BATCH:
+            queue = TrainingQueue(self.paths.ledger)
+            for stream in job.batch_streams:
+                self.batch_feeds[stream.name] = BatchFeed(queue, stream.name, stream.lag, self.features.timestamp)
+                buffers.append(Buffer(stream.name, "batch", weights.get(stream.name, 1.0), self.features.timestamp))
+        if self.mode in READS_STREAM:
+            readers = stream_readers if stream_readers is not None else open_stream_readers(job)
+            lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
+            keep_from = self.switch_ms - int(lag.total_seconds() * 1000) if self.switch_ms is not None else None
+            for stream in job.stream_streams:
+                self.stream_feeds[stream.name] = [
+                    StreamFeed(stream.name, r, self.features.timestamp, keep_from) for r in readers.get(stream.name, [])
+                ]
+                buffers.append(Buffer(stream.name, "stream", weights.get(stream.name, 1.0), self.features.timestamp))
+        self.reader = PriorityReader(buffers, self.batch_size, self.registry)
+        self.staging = {b.name: Buffer(b.name, b.kind, b.weight, b.ts_column) for b in buffers}
+        self.staged_seqs: list[int] = []
+        self.lock = threading.Lock()
+        self.prefetch: Prefetcher | None = None
+        self.step = 0
+        self.stats: dict[str, WindowStats] = {}  # "<stream>/<window-id>" -> progressive stats
+        self.consumed: dict[str, dict] = {}
+        self.seq_rows: dict[int, list] = {}  # batch seq -> [key, expected rows, trained rows]
+        self.last_checkpoint_step = -1
+        self.last_checkpoint_at = time.monotonic()
+        self.windows_done_since_checkpoint = False
+        self.stream_window = -1  # newest stream window trained (stream-only checkpoint trigger)
+        interval = spec.training.checkpoint_interval
+        self.checkpoint_every_s = interval.total_seconds() if interval else None
+        self.sample_log = options.sample_log or _env_path("PRIMUS_TRAIN_SAMPLE_LOG")
+        self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
+        self.until_ms = int(parse_window_id(options.until_window).timestamp() * 1000) if options.until_window else None
+
+    # -- data ---------------------------------------------------------------------------
+    def watermark_ms(self) -> int | None:
+        """Where the stream is in time; None when no stream gates the batch.
+
+        The newest event time read; once every source has caught up (a poll found nothing
+        new), the stream's present is the clock, so a stream that simply has no newer events
+        (a finished demo topic, a quiet night) does not hold the batch back forever.
+        """
+        feeds = [f for fs in self.stream_feeds.values() for f in fs]
+        if not feeds or self.mode == "offline_then_online" or all(f.ended() for f in feeds):
+            return None
+        mark = max(f.watermark_ms for f in feeds)
+        if all(f.caught_up for f in feeds):
+            mark = max(mark, int(self.clock() * 1000))
+        return mark
+
+    def admit(self, window: QueuedWindow) -> bool:
+        start = int(parse_window_id(window.window).timestamp() * 1000)
+        if self.until_ms is not None and start > self.until_ms:
+            return False
+        if self.switch_ms is not None and start >= self.switch_ms - self._lag_ms():
+            return False  # offline_then_online: the stream takes over from here
+        end = self.job.spec.timer.end
+        return end is None or start < int(end.timestamp() * 1000)
+
+    def _lag_ms(self) -> int:
+        lag = max((s.lag for s in self.job.batch_streams), default=timedelta(0))
+        return int(lag.total_seconds() * 1000)
+
+    def read_inputs(self) -> bool:
+        """Read from the feeds into the staging buffers up to the high-water mark.
+
+        Runs in the prefetch thread (or inline), always under ``self.lock``: a feed's
+        cursor and the rows it produced are staged together, so a checkpoint (which takes
+        the lock) never sees one without the other.
+        """
+        arrived = False
+        high = self.options.high_water * self.batch_size
+        for name, feeds in self.stream_feeds.items():
+            staged = self.staging[name]
+            for feed in feeds:
+                while staged.rows + self.reader.buffers[name].rows < high:
+                    table = feed.read(high, 0.05)
+                    if table is None:
+                        break
+                    staged.push(table)
+                    arrived = True
+            staged.exhausted = bool(feeds) and all(f.ended() for f in feeds)
+        mark = self.watermark_ms()
+        for name, feed in self.batch_feeds.items():
+            staged = self.staging[name]
+            while staged.rows + self.reader.buffers[name].rows < high:
+                table = feed.read(lambda at: mark is None or mark >= at, self.admit)
+                if table is None:
+                    break
+                self.staged_seqs.append(feed.seq)
+                staged.push(table)
+                arrived = True
+            staged.exhausted = self._batch_finished(feed)
+        return arrived
+
+    def transfer(self) -> bool:
+        """Move staged rows into the training buffers (caller holds ``self.lock``)."""
+        moved = False
+        for seq in self.staged_seqs:
+            for feed in self.batch_feeds.values():
+                self._expect(feed, seq)
+        self.staged_seqs.clear()
+        for name, staged in self.staging.items():
+            buffer = self.reader.buffers[name]
+            while staged.chunks:
+                buffer.push(staged.chunks.popleft())
+                moved = True
+            staged.rows = 0
+            buffer.exhausted = staged.exhausted
+        return moved
+
+    def fill(self) -> bool:
+        """Bring read rows into the buffers; True when any arrived.
+
+        With the prefetch thread this only waits for the lock when no buffer holds a full
+        minibatch (true starvation); otherwise it reads inline.
+        """
+        if self.prefetch is None:
+            with self.lock:
+                self.read_inputs()
+                return self.transfer()
+        self.prefetch.check()
+        ready = any(b.ready(self.batch_size) for b in self.reader.buffers.values())
+        if not self.lock.acquire(blocking=not ready):
+            return False
+        try:
+            return self.transfer()
+        finally:
+            self.lock.release()
+
+    def _expect(self, feed: BatchFeed, seq: int) -> None:
+        window = feed.windows.get(seq)
+        if window is not None and window.seq not in self.seq_rows:
+            self.seq_rows[window.seq] = [f"{window.stream}/{window.window}", window.rows, 0]
+            if window.rows == 0:
+                self._window_done(window.seq)
+
+    def _batch_finished(self, feed: BatchFeed) -> bool:
+        window = feed.next_window()
+        return window is not None and not self.admit(window) or (window is None and self._no_more_windows(feed))
+
+    def _no_more_windows(self, feed: BatchFeed) -> bool:
+        end = self.job.spec.timer.end
+        last = feed.windows.get(feed.done_seq)
+        if last is None:
+            return False
+        start = int(parse_window_id(last.window).timestamp() * 1000)
+        if self.until_ms is not None and start >= self.until_ms:
+            return True
+        return end is not None and start + self.window_ms >= int(end.timestamp() * 1000)
+
+    # -- training -----------------------------------------------------------------------
+    def train_one(self) -> bool:
+        chosen = self.reader.next_minibatch(self._servable())
+        if chosen is None:
+            return False
+        buffer, rows = chosen
+        batch = to_batch(rows, self.features, self.id_column)
+        result = self.stepper.step(buffer.kind, batch)
+        self.step += 1
+        labels = batch.labels.numpy()
+        if buffer.kind == "batch":
+            seqs = rows.column(SEQ_COLUMN).to_numpy()
+            for seq in set(seqs.tolist()):
+                mask = seqs == seq
+                entry = self.seq_rows[seq]
+                self._stats(entry[0]).add(labels[mask], result.probs[mask])
+                entry[2] += int(mask.sum())
+                if entry[2] >= entry[1]:
+                    self._window_done(seq)
+        else:
+            windows = batch.ts // self.window_ms
+            newest = int(windows.max())
+            if not self.batch_feeds and newest > self.stream_window:
+                # stream-only modes: a checkpoint whenever the stream enters a new window
+                self.windows_done_since_checkpoint |= self.stream_window >= 0
+                self.stream_window = newest
+            for w in set(windows.tolist()):
+                mask = windows == w
+                key = f"{buffer.name}/{window_id(datetime_from_ms(w * self.window_ms))}"
+                self._stats(key).add(labels[mask], result.probs[mask])
+        if self.sample_log is not None and batch.ids is not None:
+            with open(self.sample_log, "a", encoding="utf-8") as handle:
+                handle.write(f"step {self.step} {buffer.name} {','.join(batch.ids)}\n")
+        return True
+
+    def _servable(self) -> set[str] | None:
+        """offline_then_online: the stream is served only once the batch phase is finished."""
+        if self.mode != "offline_then_online":
+            return None
+        batch = [self.reader.buffers[n] for n in self.batch_feeds]
+        if all(b.exhausted and b.rows == 0 for b in batch):
+            return None
+        return {b.name for b in batch}
+
+    def _stats(self, key: str) -> WindowStats:
+        return self.stats.setdefault(key, WindowStats())
+
+    def _window_done(self, seq: int) -> None:
+        key = self.seq_rows.pop(seq)[0]
+        self.consumed[key] = _summary(self.stats.pop(key, WindowStats()))
+        self.windows_done_since_checkpoint = True
+
+    def _close_stream_windows(self) -> None:
+        """A stream window is consumed once the trained rows' event time passed its end."""
+        for name in self.stream_feeds:
+            buffer = self.reader.buffers[name]
+            pending = buffer.pending()
+            if pending is not None:  # rows before the oldest untrained one are all trained
+                horizon = int(pc.min(pending.column(self.features.timestamp)).as_py())
+            elif buffer.exhausted:
+                horizon = 2**62
+            else:  # everything read is trained; events arrive in event-time order
+                horizon = max((f.watermark_ms for f in self.stream_feeds[name]), default=-(2**62))
+            for key in [k for k in self.stats if k.startswith(f"{name}/")]:
+                start = int(parse_window_id(key.split("/", 1)[1]).timestamp() * 1000)
+                if start + self.window_ms <= horizon:
+                    self.consumed[key] = _summary(self.stats.pop(key))
+
+    # -- checkpoints --------------------------------------------------------------------
+    def restore(self) -> None:
+        ckpt = load_latest(self.paths.checkpoints)
+        if ckpt is None:
+            self._log_run(0)
+            return
+        pos = ckpt.position
+        if pos.get("mode") != self.mode:
+            raise RuntimeError(f"{ckpt.path}: checkpoint of mode {pos.get('mode')!r}, trainer runs {self.mode!r}")
+        self.stepper.load_state_dict(ckpt.state)
+        self.step = ckpt.step
+        for name, feed in self.batch_feeds.items():
+            feed.seek(pos["batch"][name])
+            feed.next_window()
+        for name, feeds in self.stream_feeds.items():
+            for feed, saved in zip(feeds, pos["stream"][name], strict=True):
+                feed.seek(saved)
+        for name, table in ckpt.pending.items():
+            self.reader.buffers[name].push(table)
+        self.stats = {k: WindowStats.from_dict(v) for k, v in pos["stats"].items()}
+        self.consumed = pos["consumed"]
+        self.seq_rows = {int(k): v for k, v in pos["seq_rows"].items()}
+        self.reader.served.update(pos.get("served", {}))
+        self.last_checkpoint_step = self.step
+        self._log_run(self.step)
+        log.info("resumed from %s at step %d", ckpt.path, self.step)
+
+    def checkpoint(self) -> None:
+        if self.step == self.last_checkpoint_step:
+            return
+        with self.lock:  # the feeds' cursors and every row they produced, together
+            self.transfer()
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        self._close_stream_windows()
+        position = {
+            "mode": self.mode,
+            "batch": {n: f.position() for n, f in self.batch_feeds.items()},
+            "stream": {n: [f.position() for f in fs] for n, fs in self.stream_feeds.items()},
+            "stats": {k: v.to_dict() for k, v in self.stats.items()},
+            "consumed": self.consumed,
+            "seq_rows": self.seq_rows,
+            "served": self.reader.served,
+        }
+        pending = {name: buffer.pending() for name, buffer in self.reader.buffers.items()}
+        # Drop the tag column from nothing: pending batch rows keep __seq so accounting survives.
+        save_checkpoint(self.paths.checkpoints, self.step, self.stepper.state_dict(), position, pending)
+        self.last_checkpoint_step = self.step
+        self.last_checkpoint_at = time.monotonic()
+        for feeds in self.stream_feeds.values():
+            for feed in feeds:  # only now is the position durable on our side
+                feed.reader.commit(feed.position()["offsets"])
+        stream_position = {n: [f.position() for f in fs] for n, fs in self.stream_feeds.items()}
+        atomic_write(self.paths.progress, progress_document(self.consumed, self.step, stream_position, self.mode))
+        self.windows_done_since_checkpoint = False
+
+    def _log_run(self, step: int) -> None:
+        if self.sample_log is not None:
+            with open(self.sample_log, "a", encoding="utf-8") as handle:
+                handle.write(f"run {os.getpid()} resume {step}\n")
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self) -> str:
+        self.windows_done_since_checkpoint = False
+        self.restore()
+        if self.options.prefetch:
+            self.prefetch = Prefetcher(self)
+            self.prefetch.start()
+        try:
+            self._loop()
+        finally:
+            if self.prefetch is not None:
+                self.prefetch.stop()
+        self.checkpoint()
+        for feeds in self.stream_feeds.values():
+            for feed in feeds:
+                feed.reader.close()
+        done = [k for k in self.consumed if "/" in k]
+        return f"trainer {self.job.name} ({self.mode}): step {self.step}, {len(done)} windows consumed, served {self.reader.served}"
+
+    def _loop(self) -> None:
+        idle_since = time.monotonic()
+        options = self.options
+        while True:
+            if options.max_steps is not None and self.step >= options.max_steps:
+                break
+            if self._until_reached():
+                break
+            arrived = self.fill()
+            trained = self.train_one()
+            if arrived or trained:
+                idle_since = time.monotonic()
+            if (
+                self.windows_done_since_checkpoint
+                or (options.checkpoint_steps and self.step - self.last_checkpoint_step >= options.checkpoint_steps)
+                or (self.checkpoint_every_s and time.monotonic() - self.last_checkpoint_at >= self.checkpoint_every_s)
+            ):
+                self.checkpoint()
+            if trained:
+                if self.step_delay:
+                    time.sleep(self.step_delay)
+                continue
+            if self._all_done():
+                break
+            if options.idle_exit is not None and time.monotonic() - idle_since > options.idle_exit:
+                log.info("no new data for %.0fs: exiting", options.idle_exit)
+                break
+            if not arrived:
+                time.sleep(
+                    options.poll_interval if self.prefetch is None else max(0.001, min(options.poll_interval, 0.01))
+                )
+
+    def _until_reached(self) -> bool:
+        if self.options.until_window is None:
+            return False
+        if self.batch_feeds:
+            return all(f"{name}/{self.options.until_window}" in self.consumed for name in self.batch_feeds)
+        marks = [f.watermark_ms for fs in self.stream_feeds.values() for f in fs]
+        return (
+            bool(marks)
+            and max(marks) >= self.until_ms + self.window_ms
+            and not any(b.rows for b in self.reader.buffers.values())
+        )
+
+    def _all_done(self) -> bool:
+        return all(b.exhausted and b.rows == 0 for b in self.reader.buffers.values()) and not any(
+            s.rows for s in self.staging.values()
+        )
+
+
+class Prefetcher:
+    """Reads the feeds in a background thread so that training never waits on input it
+    could have had (Arrow reads, Kafka polls and SQLite release the GIL)."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="primus-prefetch", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        trainer = self.trainer
+        try:
+            while not self.stopping.is_set():
+                with trainer.lock:
+                    arrived = trainer.read_inputs()
+                if not arrived:  # nothing new (or buffers full): back off, never spin
+                    self.stopping.wait(max(0.002, min(trainer.options.poll_interval, 0.02)))
+        except BaseException as exc:  # surfaced in the training thread by check()
+            self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"prefetch thread failed: {self.error}") from self.error
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=30)
+        self.check()
+
+
+def _summary(stats: WindowStats) -> dict:
+    return {"samples": stats.samples, "auc": stats.auc(), "logloss": stats.logloss(), "at": time.time()}
+
+
+def run_trainer(
+    job: PrimusJob,
+    options: TrainerOptions,
+    stream_readers: dict[str, list[StreamReader]] | None = None,
+    registry: CollectorRegistry | None = None,
+) -> str:
+    from primus_lib.train.distributed import maybe_init_distributed
+
+    torch.set_num_threads(int(os.environ.get("PRIMUS_TORCH_THREADS", "1")))
+    maybe_init_distributed()
+    trainer = Trainer(job, options, stream_readers, registry)
+    return trainer.run()
+
+
+def open_stream_readers(job: PrimusJob) -> dict[str, list[StreamReader]]:
+    """Every stream source of the job through the data plane's ``open_stream``."""
+    try:
+        from primus_lib.data.sources import open_stream
+    except ImportError as exc:
+        raise RuntimeError(f"the data plane's primus_lib.data.sources.open_stream is not available: {exc}") from None
+    return {s.name: [open_stream(job, s, source) for source in s.sources] for s in job.stream_streams}
+
+
+def job_keys_first(job: PrimusJob) -> str | None:
+    from primus_lib.data.schema import job_keys
+
+    keys = job_keys(job)
+    return keys[0] if keys else None
+
+
+def datetime_from_ms(ms: int) -> datetime:
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None

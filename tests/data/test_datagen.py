@@ -1,0 +1,131 @@
+"""`primus datagen`: layout, determinism, and that the drift it promises is in the data."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from primus_lib.cli.main import main
+from primus_lib.data.datagen import NEW_ITEM_BASE, World, generate, iter_hours
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _digest(root):
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(root)).encode())
+            data = pq.read_table(path).to_pydict() if path.suffix == ".parquet" else path.read_bytes()
+            h.update(repr(data).encode() if isinstance(data, dict) else data)
+    return h.hexdigest()
+
+
+def test_layout_and_schema(tmp_path):
+    result = generate(tmp_path, START, START + timedelta(hours=3), rows_per_hour=400, seed=1)
+    assert result.hours == 3
+    part = tmp_path / "impressions" / "20261101" / "01"
+    assert (part / "_SUCCESS").exists() and (tmp_path / "clicks" / "20261101" / "01" / "_SUCCESS").exists()
+    impressions = pq.read_table(part / "part-00000.parquet")
+    assert [(f.name, str(f.type)) for f in impressions.schema] == [
+        ("request_id", "string"), ("user_id", "int64"), ("item_id", "int64"), ("category", "int64"),
+        ("price", "double"), ("age", "double"), ("ts", "int64"),
+    ]  # fmt: skip
+    ts = impressions.column("ts").to_numpy()
+    assert ts.min() >= int((START + timedelta(hours=1)).timestamp() * 1000) and np.all(np.diff(ts) >= 0)
+    clicks = pq.read_table(tmp_path / "clicks" / "20261101" / "01" / "part-00000.parquet")
+    assert set(clicks.column("request_id").to_pylist()) <= set(impressions.column("request_id").to_pylist())
+    events = [json.loads(line) for line in (tmp_path / "stream" / "events.jsonl").read_text().splitlines()]
+    assert len(events) == result.impressions
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)  # event-time order
+    assert set(events[0]) == {"request_id", "user_id", "item_id", "category", "price", "age", "ts", "clicked"}
+    # the real-time label never invents a click, and misses some late ones
+    complete = set()
+    for hour in ("00", "01", "02"):
+        complete |= set(
+            pq.read_table(tmp_path / "clicks" / "20261101" / hour / "part-00000.parquet")
+            .column("request_id")
+            .to_pylist()
+        )
+    realtime = {e["request_id"] for e in events if e["clicked"]}
+    assert realtime < complete and result.realtime_clicks == len(realtime) < result.clicks == len(complete)
+
+
+def test_deterministic_and_range_independent(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    generate(a, START, START + timedelta(hours=3), rows_per_hour=300, seed=5)
+    generate(b, START, START + timedelta(hours=3), rows_per_hour=300, seed=5)
+    assert _digest(a) == _digest(b)
+    generate(c, START + timedelta(hours=2), START + timedelta(hours=3), rows_per_hour=300, seed=5)
+    same = "impressions/20261101/02/part-00000.parquet"
+    assert pq.read_table(a / same).equals(pq.read_table(c / same))  # any sub-range is generated identically
+    d = tmp_path / "d"
+    generate(d, START, START + timedelta(hours=1), rows_per_hour=300, seed=6)
+    assert not pq.read_table(d / "impressions/20261101/00/part-00000.parquet").equals(
+        pq.read_table(a / "impressions/20261101/00/part-00000.parquet")
+    )
+
+
+def test_drift_is_present():
+    world = World.create(0)
+    hours = list(iter_hours(START, START + timedelta(days=4)))
+    rows = {h: world.hour_rows(h, 3000) for h in hours}
+
+    def corr(x, y):
+        return np.corrcoef(np.ravel(x), np.ravel(y))[0, 1]
+
+    # item popularity and user tastes drift slowly: stable hour to hour, moved after a day
+    h = hours[0]
+    assert corr(world.popularity(h), world.popularity(h + 1)) > 0.99
+    assert corr(world.popularity(h), world.popularity(h + 24)) < 0.9
+    users = np.arange(world.config.users)
+    assert corr(world.taste(users, h), world.taste(users, h + 1)) > 0.99
+    assert corr(world.taste(users, h), world.taste(users, h + 48)) < 0.9
+
+    # new items appear every hour and are hot when young
+    new = np.concatenate([rows[h]["item_id"] >= NEW_ITEM_BASE for h in hours])
+    assert 0.1 < new.mean() < 0.3
+    young, old = [], []
+    for h in hours[24:]:
+        r = rows[h]
+        born = (r["item_id"] - NEW_ITEM_BASE) // world.config.new_items_per_hour
+        is_new = r["item_id"] >= NEW_ITEM_BASE
+        age = h - born
+        young.append(r["p_click"][is_new & (age <= 3)])
+        old.append(r["p_click"][is_new & (age >= 15)])
+    assert np.concatenate(young).mean() > np.concatenate(old).mean() + 0.02
+
+    # diurnal: the hour-of-day changes what people click (same users/items, different hour)
+    t = np.concatenate([rows[h]["ts"] for h in hours]) / 3_600_000
+    cat = np.concatenate([rows[h]["category"] for h in hours])
+    p = np.concatenate([rows[h]["p_click"] for h in hours])
+    phase = np.sin(2 * np.pi * (t % 24) / 24 + world.cat_phase[cat])  # each category has its peak hour
+    assert p[phase > 0.7].mean() > p[phase < -0.7].mean() + 0.05
+
+    # label delay: the real-time label misses some clicks, more for pricier items
+    clicked = np.concatenate([rows[h]["clicked"] for h in hours]) == 1
+    realtime = np.concatenate([rows[h]["clicked_realtime"] for h in hours]) == 1
+    price = np.concatenate([rows[h]["price"] for h in hours])
+    missed = clicked & ~realtime
+    assert 0.05 < missed.sum() / clicked.sum() < 0.4
+    cheap, dear = price < np.median(price), price >= np.median(price)
+    assert missed[dear].sum() / clicked[dear].sum() > missed[cheap].sum() / clicked[cheap].sum()
+
+
+def test_cli(tmp_path, monkeypatch, capsys):
+    spec = tmp_path / "job.yaml"
+    from tests.train.conftest import SPEC
+
+    spec.write_text(SPEC.format(hours=2, lag=1, mode="mtrm"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3"]) == 0
+    assert "wrote 2 hours" in capsys.readouterr().out
+    assert (tmp_path / "data" / "impressions" / "20261101" / "01" / "_SUCCESS").exists()
+    assert main(["datagen", str(spec), "--start", "2026-11-01T05:00:00Z", "--end", "2026-11-01T04:00:00Z"]) == 2
+    with pytest.raises(SystemExit):
+        main(["datagen", str(spec), "--rows-per-hour", "x"])

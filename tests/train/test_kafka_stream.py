@@ -1,0 +1,75 @@
+"""`primus datagen --kafka` into a real Kafka-protocol broker (Tansu), trained by the trainer
+through the data plane's KafkaStreamReader; offsets reach the group only after checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from primus_lib.cli.main import main
+from primus_lib.data.sources.kafka import default_group
+from primus_lib.paths import JobPaths
+from primus_lib.spec import load_job
+from primus_lib.train.trainer import Trainer, TrainerOptions
+from tests.train.conftest import SPEC
+
+pytestmark = pytest.mark.integration
+
+
+def test_datagen_to_kafka_then_online_training(kafka_broker, tmp_path, monkeypatch, capsys):
+    topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    text = SPEC.format(hours=2, lag=1, mode="online").replace(
+        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
+        f'{{name: events, kafka: {{bootstrap_servers: "{kafka_broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
+    )
+    spec = tmp_path / "kafka.yaml"
+    spec.write_text(text)
+    assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
+    produced = int(capsys.readouterr().out.split("; ")[-1].split()[0])
+    events = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
+    assert produced == len(events) > 100
+
+    job = load_job(spec)
+    trainer = Trainer(job, TrainerOptions(poll_interval=0.05, idle_exit=4, checkpoint_steps=1))
+    trainer.run()
+    buffer = trainer.reader.buffers["realtime"]
+    assert trainer.reader.served["realtime"] + buffer.rows == len(events)  # a live stream: the remainder waits
+    assert trainer.reader.served["realtime"] >= 64 * (len(events) // 64)
+
+    # the group's committed offset is the checkpointed position (pending rows are in the checkpoint)
+    progress = json.loads(JobPaths.for_job(job).progress.read_text())
+    checkpointed = progress["stream_position"]["realtime"][0]["offsets"][f"{topic}/0"]
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": default_group(job, job.stream("realtime"))}
+    )
+    try:
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+    assert committed == checkpointed == len(events)
+
+
+def test_mtrm_with_a_finished_topic_still_trains_every_batch_window(kafka_broker, tmp_path, monkeypatch, capsys):
+    """The demo's situation: the topic holds two finished days; the stream never passes the
+    last windows + lag by event time, but it has caught up, so the clock releases them."""
+    from tests.train.conftest import commit_windows
+
+    topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    text = SPEC.format(hours=2, lag=1, mode="mtrm").replace(
+        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
+        f'{{name: events, kafka: {{bootstrap_servers: "{kafka_broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
+    )
+    spec = tmp_path / "kafka.yaml"
+    spec.write_text(text)
+    assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3", "--kafka", kafka_broker.bootstrap]) == 0
+    job = load_job(spec)
+    sizes = commit_windows(job, range(2))
+    summary = Trainer(job, TrainerOptions(until_window="20261101T010000Z", poll_interval=0.05, idle_exit=20)).run()
+    consumed = json.loads(JobPaths.for_job(job).progress.read_text())["consumed"]
+    assert [consumed.get(f"history/20261101T0{h}0000Z", {}).get("samples") for h in range(2)] == sizes, summary

@@ -1,0 +1,138 @@
+"""The trainer loop in-process: the batch-lag rule, mode routing, offsets committed after
+checkpoints, progress.json."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pyarrow.compute as pc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from primus_lib.paths import JobPaths
+from primus_lib.train.checkpoint import load_latest
+from primus_lib.train.replay import TableStreamReader, stream_file
+from primus_lib.train.trainer import Trainer, TrainerOptions
+from tests.train.conftest import START, commit_windows
+
+
+class LiveReader(TableStreamReader):
+    """A replay that never ends (like Kafka) and records what was committed, and when."""
+
+    def __init__(self, table, paths):
+        super().__init__(table)
+        self.paths = paths
+        self.commits: list[tuple[dict, int | None]] = []
+
+    def end_of_data(self) -> bool:
+        return False
+
+    def commit(self, position) -> None:
+        ckpt = load_latest(self.paths.checkpoints)
+        self.commits.append(
+            (dict(position), None if ckpt is None else ckpt.position["stream"]["realtime"][0]["offsets"]["replay"])
+        )
+
+
+def _events(job, until_hour: int):
+    events = job.stream("realtime").sources[0].uri.removeprefix("file://")
+    table = stream_file(job, job.stream("realtime"), events)
+    limit = int((START + timedelta(hours=until_hour)).timestamp() * 1000)
+    return table.filter(pc.less(table.column("ts"), limit))
+
+
+def test_batch_window_waits_for_stream_to_pass_window_plus_lag(tiny):
+    _, job = tiny
+    sizes = commit_windows(job, range(6))
+    paths = JobPaths.for_job(job)
+    reader = LiveReader(_events(job, 3), paths)  # the stream is inside hour 2 (02:xx) and stays there
+    registry = CollectorRegistry()
+    now = (START + timedelta(hours=2, minutes=59, seconds=59)).timestamp()  # the live stream's present
+    options = TrainerOptions(poll_interval=0.01, idle_exit=0.3)
+    trainer = Trainer(job, options, {"realtime": [reader]}, registry, clock=lambda: now)
+    summary = trainer.run()
+    consumed = json.loads(paths.progress.read_text())["consumed"]
+    # lag 2h: window 00:00 needs the stream at 02:00 (it is), window 01:00 needs 03:00 (it is not).
+    # Window 00:00 was read; its last partial minibatch waits for more rows (steps are full minibatches).
+    feed = trainer.batch_feeds["history"]
+    assert feed.done_seq == 1 and feed.position()["seq"] == 1, summary
+    history = trainer.reader.buffers["history"]
+    assert trainer.reader.served["history"] + history.rows == sizes[0]
+    assert trainer.reader.served["history"] == 64 * (sizes[0] // 64)
+    assert not [k for k in consumed if k.startswith("history/")]
+    stream = sorted(k for k in consumed if k.startswith("realtime/"))
+    assert stream[:2] == ["realtime/20261101T000000Z", "realtime/20261101T010000Z"]
+    assert registry.get_sample_value("primus_trainer_rows_served_total", {"stream": "realtime"}) > 0
+    # offsets reach the source only after a checkpoint covering them was committed
+    assert reader.commits
+    for committed, checkpointed in reader.commits:
+        assert checkpointed is not None and committed["replay"] == checkpointed
+
+
+def test_offline_reads_no_stream_and_online_no_batch(tiny, tmp_path, monkeypatch):
+    _, job = tiny
+    sizes = commit_windows(job, range(6))
+    paths = JobPaths.for_job(job)
+    reader = LiveReader(_events(job, 6), paths)
+    summary = Trainer(job, TrainerOptions(mode="offline", poll_interval=0.01), {"realtime": [reader]}).run()
+    progress = json.loads(paths.progress.read_text())
+    assert progress["mode"] == "offline" and reader.offset == 0, summary
+    assert [v["samples"] for k, v in sorted(progress["consumed"].items())] == sizes
+
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home-online"))
+    reader = LiveReader(_events(job, 6), JobPaths.for_job(job))
+    trainer = Trainer(job, TrainerOptions(mode="online", poll_interval=0.01, idle_exit=0.3), {"realtime": [reader]})
+    trainer.run()
+    assert trainer.batch_feeds == {}
+    served, waiting = trainer.reader.served["realtime"], trainer.reader.buffers["realtime"].rows
+    assert served % 64 == 0 and waiting < 64 and served + waiting == reader.table.num_rows
+    assert len(reader.commits) >= 5  # stream-only: a checkpoint each time the stream enters a new hour
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_until_window_and_progress_format(tiny, prefetch):
+    _, job = tiny
+    commit_windows(job, range(6))
+    reader = TableStreamReader(_events(job, 6))
+    options = TrainerOptions(until_window="20261101T010000Z", poll_interval=0.01, prefetch=prefetch)
+    trainer = Trainer(job, options, {"realtime": [reader]})
+    trainer.run()
+    progress = json.loads(JobPaths.for_job(job).progress.read_text())
+    assert set(progress) >= {"consumed", "step", "stream_position"}
+    assert "history/20261101T010000Z" in progress["consumed"]
+    assert "history/20261101T020000Z" not in progress["consumed"]
+    for entry in progress["consumed"].values():
+        assert set(entry) == {"samples", "auc", "logloss", "at"}
+    assert progress["step"] == trainer.step > 0
+
+
+def test_offline_then_online_trains_batch_first_then_stream_after_switch(tiny, tmp_path):
+    _, job = tiny
+    sizes = commit_windows(job, range(6))
+    log = tmp_path / "ids.log"
+    reader = TableStreamReader(_events(job, 6))
+    switch = START + timedelta(hours=4)  # lag 2h: batch windows 00, 01; stream from 02:00 on
+    options = TrainerOptions(mode="offline_then_online", switch_at=switch, poll_interval=0.01, sample_log=log)
+    trainer = Trainer(job, options, {"realtime": [reader]})
+    trainer.run()
+    kinds = [line.split(" ")[2] for line in log.read_text().splitlines() if line.startswith("step ")]
+    first_stream = kinds.index("realtime")
+    assert set(kinds[:first_stream]) == {"history"} and set(kinds[first_stream:]) == {"realtime"}
+    assert trainer.reader.served["history"] == sizes[0] + sizes[1]
+    keep_from = int((START + timedelta(hours=2)).timestamp() * 1000)
+    expected = pc.sum(pc.greater_equal(reader.table.column("ts"), keep_from)).as_py()
+    assert trainer.reader.served["realtime"] == expected
+
+
+def test_caught_up_stream_releases_batch_windows_by_the_clock(tiny):
+    """A live stream with nothing newer (a finished demo topic): its present is the clock."""
+    _, job = tiny
+    sizes = commit_windows(job, range(6))
+    reader = LiveReader(_events(job, 3), JobPaths.for_job(job))
+    later = (START + timedelta(hours=8)).timestamp()  # every window + 2 h lag has passed
+    options = TrainerOptions(until_window="20261101T050000Z", poll_interval=0.01)
+    trainer = Trainer(job, options, {"realtime": [reader]}, clock=lambda: later)
+    trainer.run()
+    consumed = json.loads(JobPaths.for_job(job).progress.read_text())["consumed"]
+    assert [consumed[f"history/20261101T0{h}0000Z"]["samples"] for h in range(6)] == sizes
