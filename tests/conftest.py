@@ -3,4 +3,9 @@
 from __future__ import annotations
 
 pytest_plugins: list[str] = [
+    "tests.fixtures.kafka",
+    "tests.fixtures.s3",
+    "tests.fixtures.kube",
+    "tests.fixtures.prometheus",
+    "tests.fixtures.airflow",
 ]

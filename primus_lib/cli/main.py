@@ -10,7 +10,7 @@ from primus_lib import __version__
 from primus_lib.spec.errors import SpecError
 
 # Modules under primus_lib.cli, one per subcommand, in the order --help lists them.
-COMMANDS = ["validate", "crd"]
+COMMANDS = ["validate", "crd", "datagen", "train", "eval", "backfill", "plan", "resources"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,21 @@
+# Source this before `airflow standalone` / scheduler / api-server / dag-processor / triggerer.
+# PRIMUS_ROOT: the checkout (or install) holding dags/ and config/jobs/.
+export PRIMUS_ROOT="${PRIMUS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$PRIMUS_ROOT/.airflow}"
+export AIRFLOW__CORE__DAGS_FOLDER="$PRIMUS_ROOT/dags"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
+export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API__PORT}/execution/"
+# Job specs (one DAG each) and where their data and state live.
+export PRIMUS_JOBS_DIR="${PRIMUS_JOBS_DIR:-$PRIMUS_ROOT/config/jobs}"
+export PRIMUS_DATA="${PRIMUS_DATA:-$PRIMUS_ROOT/.primus/data}"
+export PRIMUS_HOME="${PRIMUS_HOME:-$PRIMUS_ROOT/.primus}"
+# Optional knobs of the DAG factory:
+# PRIMUS_POLL_INTERVAL (s, default 30)  PRIMUS_SOURCE_TIMEOUT (s, default 21600)  PRIMUS_MAX_ACTIVE_RUNS (default 3)
+# For `primus backfill --api`:
+export PRIMUS_AIRFLOW_API="${PRIMUS_AIRFLOW_API:-http://127.0.0.1:${AIRFLOW__API__PORT}}"

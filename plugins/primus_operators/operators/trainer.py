@@ -1,0 +1,180 @@
+"""Trainer operator: keep the job's long-running trainer up, wait (deferred) until it consumed the window.
+
+Lifecycle (start, reattach, restart) belongs to ``primus_lib.resources``; this operator only
+asks the backend to ensure the trainer runs, then hands the waiting to a trigger.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from primus_operators._common import asset_uri, load_spec, window_of
+from primus_operators.hooks.env import connection_env
+from primus_operators.triggers.trainer_progress import TrainerProgressTrigger, consumed_metrics, read_progress
+
+if TYPE_CHECKING:
+    from primus_lib.spec import PrimusJob
+
+MODES = ("service", "inline", "skip")
+
+
+def window_keys(job: PrimusJob, start: datetime) -> list[str]:
+    """Progress keys (``<stream>/<window-id>``) the trainer must have consumed for this window."""
+    from primus_lib.paths import window_id
+
+    return [f"{stream.name}/{window_id(start)}" for stream in job.batch_streams]
+
+
+def summarize(windows: dict[str, dict]) -> dict[str, Any]:
+    """One metrics record per window: samples summed, AUC/logloss sample-weighted over streams."""
+    samples = sum(int(m.get("samples") or 0) for m in windows.values())
+    out: dict[str, Any] = {"samples": samples, "streams": windows}
+    for name in ("auc", "logloss"):
+        pairs = [(m[name], int(m.get("samples") or 0)) for m in windows.values() if m.get(name) is not None]
+        weight = sum(w for _, w in pairs)
+        out[name] = (sum(v * w for v, w in pairs) / weight if weight else pairs[0][0]) if pairs else None
+    return out
+
+
+class PrimusTrainerOperator(BaseOperator):
+    """Ensures the trainer runs (resource backend of the spec), then defers until the window is consumed.
+
+    ``mode`` (templated; the DAG passes the run's ``mode`` param): ``service`` (default: the
+    long-running trainer + deferral), ``inline`` (run ``primus train SPEC --until-window W``
+    in a subprocess and wait for it: demos and tests), ``skip`` (data only).
+    Returns the window's metrics (XCom) and puts them on the ``primus://<job>/model`` Asset event.
+    """
+
+    template_fields = ("spec_path", "mode")
+    ui_color = "#e3dcf5"
+
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        job_name: str,
+        mode: str = "service",
+        poll_interval: float = 10.0,
+        timeout: float = 6 * 3600.0,
+        api_conn_id: str = "primus_airflow_api",
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("outlets", [Asset(asset_uri(job_name, "model"))])
+        super().__init__(**kwargs)
+        self.api_conn_id = api_conn_id
+        self.spec_path = spec_path
+        self.job_name = job_name
+        self.mode = mode
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+
+    def execute(self, context: Any) -> dict[str, Any] | None:
+        from primus_lib.paths import JobPaths
+
+        mode = os.environ.get("PRIMUS_TRAINER_MODE") or self.mode or "service"
+        if mode not in MODES:
+            raise AirflowException(f"mode: expected one of {MODES}, found {mode!r}")
+        if mode == "skip":
+            self.log.info("mode=skip: not training this window")
+            return None
+        job = load_spec(self.spec_path)
+        start = window_of(context)
+        keys = window_keys(job, start)
+        progress_path = str(JobPaths.for_job(job).progress)
+        with connection_env(job):  # the trainer process inherits the connections' settings
+            if mode == "inline":
+                self._train_inline(start)
+            else:
+                from primus_lib.resources import ensure_running
+
+                status = ensure_running(job, self.spec_path)
+                self.log.info("trainer backend: %s", status)
+        metrics = consumed_metrics(read_progress(progress_path), keys)
+        if metrics is not None:
+            return self._record(context, start, metrics)
+        if mode == "inline":
+            raise AirflowException(f"trainer exited without consuming {keys} ({progress_path})")
+        self.log.info("trainer running; deferring until it consumed %s", keys)
+        self.defer(
+            trigger=TrainerProgressTrigger(progress_path, keys, poll_interval=self.poll_interval, timeout=self.timeout),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout + 5 * self.poll_interval),
+        )
+        return None  # unreachable: defer raises
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise AirflowException(event.get("message", f"trainer trigger failed: {event!r}"))
+        return self._record(context, window_of(context), event["windows"])
+
+    def _train_inline(self, start: datetime) -> None:
+        from primus_lib.paths import window_id
+
+        command = [
+            sys.executable,
+            "-m",
+            "primus_lib.cli.main",
+            "train",
+            self.spec_path,
+            "--until-window",
+            window_id(start),
+        ]
+        self.log.info("running %s", " ".join(command))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout)
+        for line in (done.stdout + done.stderr).splitlines()[-40:]:
+            self.log.info("trainer| %s", line)
+        if done.returncode != 0:
+            raise AirflowException(f"`{' '.join(command)}` exited with {done.returncode}")
+
+    def _record(self, context: Any, start: datetime, windows: dict[str, dict]) -> dict[str, Any]:
+        from primus_lib.paths import window_id
+
+        metrics = summarize(windows)
+        self.log.info(
+            "window %s trained: samples=%s auc=%s logloss=%s",
+            window_id(start),
+            metrics["samples"],
+            metrics["auc"],
+            metrics["logloss"],
+        )
+        extra = {"window": window_id(start), **{k: metrics[k] for k in ("samples", "auc", "logloss")}}
+        context["outlet_events"][Asset(asset_uri(self.job_name, "model"))].extra = extra
+        self._note(
+            context,
+            f"window {extra['window']}: samples={extra['samples']} auc={_fmt(extra['auc'])} logloss={_fmt(extra['logloss'])}",
+        )
+        return {"window": window_id(start), **metrics}
+
+    def _note(self, context: Any, text: str) -> None:
+        """Put the metrics on the task's note (Grid view) through the API server, when a connection
+        ``api_conn_id`` (http, host/port, login/password) exists; tasks cannot write notes otherwise."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = BaseHook.get_connection(self.api_conn_id)
+        except AirflowNotFoundException:
+            self.log.info("no connection %r: metrics not written to the task note", self.api_conn_id)
+            return
+        from primus_lib.cli.backfill import AirflowApi
+
+        base = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
+        ti = context["ti"]
+        path = f"/api/v2/dags/{ti.dag_id}/dagRuns/{ti.run_id}/taskInstances/{ti.task_id}"
+        try:
+            AirflowApi(base, conn.login or "admin", conn.password).request(
+                "PATCH", path, {"note": text}, {"update_mask": "note"}
+            )
+        except Exception as exc:  # a note is a convenience: never fail a trained window for it
+            self.log.warning("could not write the task note: %s", exc)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,134 @@
+"""The DTGG Timer as an Airflow Timetable: one DAG run per training window.
+
+A run's data interval is exactly the window ``[t, t + window)``; the run may start once the
+window's batch data is complete, ``lag`` after the window's end (``run_after``). Windows are
+aligned to the spec's ``timer.start`` and stop before ``timer.end``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pendulum
+from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
+
+WINDOWS: dict[str, timedelta] = {"1h": timedelta(hours=1), "1d": timedelta(days=1)}
+
+
+def _utc(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        raise ValueError(f"expected a timezone-aware instant, found {value!r}")
+    utc = value.astimezone(UTC)  # a plain datetime (pendulum's arithmetic rejects mixing)
+    return datetime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=UTC)
+
+
+def _pendulum(value: datetime) -> pendulum.DateTime:
+    return pendulum.instance(value, tz="UTC")
+
+
+class PrimusWindowTimetable(Timetable):
+    """Fixed-size windows (``1h`` or ``1d``) from ``start`` until ``end`` (exclusive, optional)."""
+
+    periodic = True
+    can_be_scheduled = True
+
+    def __init__(self, start: datetime, window: str = "1h", end: datetime | None = None, lag: timedelta = timedelta(0)):
+        if window not in WINDOWS:
+            raise ValueError(f"window: expected one of {sorted(WINDOWS)}, found {window!r}")
+        self.start = _utc(start)
+        self.end = _utc(end) if end is not None else None
+        self.window = window
+        self.lag = lag
+        self.description = f"Primus {window} windows from {self.start:%Y-%m-%dT%H:%MZ}" + (
+            f" to {self.end:%Y-%m-%dT%H:%MZ}" if self.end else " (open-ended)"
+        )
+
+    @classmethod
+    def from_timer(cls, timer: Any, lag: timedelta = timedelta(0)) -> PrimusWindowTimetable:
+        """Build from a ``primus_lib.spec.TimerSpec`` (duck-typed to keep this module light)."""
+        return cls(start=timer.start, window=timer.window, end=timer.end, lag=lag)
+
+    @property
+    def size(self) -> timedelta:
+        return WINDOWS[self.window]
+
+    @property
+    def summary(self) -> str:
+        return f"primus {self.window}" + (f" +{int(self.lag.total_seconds())}s lag" if self.lag else "")
+
+    # --- serialization (the scheduler rebuilds the timetable from this) ---------------
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat() if self.end else None,
+            "window": self.window,
+            "lag_seconds": self.lag.total_seconds(),
+        }
+
+    @classmethod
+    def deserialize(cls, data: dict[str, Any]) -> PrimusWindowTimetable:
+        return cls(
+            start=_utc(data["start"]),
+            end=_utc(data["end"]) if data.get("end") else None,
+            window=data["window"],
+            lag=timedelta(seconds=float(data.get("lag_seconds", 0))),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrimusWindowTimetable) and self.serialize() == other.serialize()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.serialize().items()))
+
+    # --- window arithmetic -------------------------------------------------------------
+    def floor(self, instant: datetime) -> datetime:
+        """Start of the window containing ``instant`` (windows are aligned to ``start``)."""
+        steps = (_utc(instant) - self.start) // self.size
+        return self.start + steps * self.size
+
+    def ceil(self, instant: datetime) -> datetime:
+        floor = self.floor(instant)
+        return floor if floor == _utc(instant) else floor + self.size
+
+    def windows_between(self, first: datetime, last: datetime) -> list[datetime]:
+        """Starts of the windows whose start lies in ``[first, last]``, inside the timer's range."""
+        current = max(self.ceil(first), self.start)
+        out = []
+        while current <= _utc(last) and (self.end is None or current + self.size <= self.end):
+            out.append(current)
+            current += self.size
+        return out
+
+    def _info(self, start: datetime) -> DagRunInfo:
+        end = start + self.size
+        return DagRunInfo(
+            run_after=_pendulum(end + self.lag),
+            data_interval=DataInterval(_pendulum(start), _pendulum(end)),
+        )
+
+    # --- the Timetable protocol ---------------------------------------------------------
+    def infer_manual_data_interval(self, *, run_after: datetime) -> DataInterval:
+        start = self.floor(run_after)
+        return DataInterval(_pendulum(start), _pendulum(start + self.size))
+
+    def next_dagrun_info(
+        self, *, last_automated_data_interval: DataInterval | None, restriction: TimeRestriction
+    ) -> DagRunInfo | None:
+        if last_automated_data_interval is not None:
+            start = self.ceil(last_automated_data_interval.end)
+        else:
+            start = self.start
+            if restriction.earliest is not None:
+                start = max(start, self.ceil(restriction.earliest))
+        if not restriction.catchup:
+            # Only the newest window whose data is complete (now >= end + lag).
+            newest = self.floor(datetime.now(UTC) - self.lag) - self.size
+            start = max(start, newest)
+        if restriction.latest is not None and start > restriction.latest:
+            return None
+        if self.end is not None and start + self.size > self.end:
+            return None
+        return self._info(start)

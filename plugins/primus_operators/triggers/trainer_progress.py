@@ -1,0 +1,101 @@
+"""Wait in the triggerer until the trainer's checkpoint says it consumed a window."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+# The operator checked just before deferring. Firing soon after can beat the scheduler to the
+# deferring process's exit event, which Airflow 3.3 then reads as "task state changed
+# externally" and fails the resumed try (apache/airflow#71580, #72716; seen here with the
+# LocalExecutor on 2 busy cores with a 5 s wait). Waiting 15 s first keeps clear of that race.
+FIRST_CHECK_AFTER = 15.0
+
+
+def read_progress(path: str | Path) -> dict[str, Any]:
+    """``trainer/progress.json`` (see docs/contracts.md), or an empty document before the first checkpoint."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {"consumed": {}}
+    document = json.loads(text)  # written atomically by the trainer: never half a file
+    if not isinstance(document, dict) or not isinstance(document.get("consumed", {}), dict):
+        raise ValueError(f"{path}: expected an object with a 'consumed' mapping")
+    return document
+
+
+def consumed_metrics(progress: dict[str, Any], keys: list[str]) -> dict[str, Any] | None:
+    """Metrics of the windows ``keys`` (``<stream>/<window-id>``) once all are consumed, else None."""
+    consumed = progress.get("consumed", {})
+    if not all(key in consumed for key in keys):
+        return None
+    return {key: consumed[key] for key in keys}
+
+
+class TrainerProgressTrigger(BaseTrigger):
+    """Polls the progress file until every window in ``keys`` is consumed (or ``timeout`` passes).
+
+    Yields exactly one event: ``{"status": "success"|"timeout"|"error", "message": str,
+    "windows": {key: {"samples", "auc", "logloss", "at"}}}``.
+    """
+
+    def __init__(
+        self,
+        progress_path: str,
+        keys: list[str],
+        poll_interval: float = 10.0,
+        timeout: float = 6 * 3600.0,
+        first_check_after: float = FIRST_CHECK_AFTER,
+    ):
+        super().__init__()
+        self.first_check_after = first_check_after
+        self.progress_path = progress_path
+        self.keys = list(keys)
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "progress_path": self.progress_path,
+                "keys": self.keys,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+                "first_check_after": self.first_check_after,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        deadline = time.monotonic() + self.timeout
+        await asyncio.sleep(min(self.first_check_after, self.timeout))
+        while True:
+            try:
+                progress = await asyncio.to_thread(read_progress, self.progress_path)
+            except Exception as exc:
+                yield TriggerEvent({"status": "error", "message": f"{self.progress_path}: {exc}", "windows": {}})
+                return
+            metrics = consumed_metrics(progress, self.keys)
+            if metrics is not None:
+                yield TriggerEvent(
+                    {"status": "success", "message": f"trainer consumed {', '.join(self.keys)}", "windows": metrics}
+                )
+                return
+            if time.monotonic() >= deadline:
+                missing = [k for k in self.keys if k not in progress.get("consumed", {})]
+                yield TriggerEvent(
+                    {
+                        "status": "timeout",
+                        "message": f"trainer did not consume {', '.join(missing)} within {self.timeout:.0f}s "
+                        f"(progress file {self.progress_path}, step {progress.get('step')})",
+                        "windows": {},
+                    }
+                )
+                return
+            await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,182 @@
+"""``primus backfill SPEC --from A --to B``: (re)train a range of windows through Airflow, in time order.
+
+Wraps Airflow 3's backfill (``POST /api/v2/backfills`` when ``--api`` is given, else the local
+``airflow backfill create`` CLI). Windows whose start lies in ``[--from, --to)`` become DAG
+runs of the job's DAG (dag id = job name), run oldest first; the Sink's ``depends_on_past``
+keeps their commits in order. Re-running a finished window is idempotent (the data plane's
+commits are), so ``--reprocess completed`` is safe. ``--dry-run`` lists the windows only.
+This module does not import Airflow (``primus_lib`` never does): it talks HTTP or runs the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("backfill", help="run a range of training windows through Airflow, in order")
+    parser.add_argument("spec", metavar="SPEC")
+    parser.add_argument("--from", dest="start", required=True, help="ISO instant (UTC): first window start")
+    parser.add_argument("--to", dest="end", required=True, help="ISO instant (UTC, exclusive): windows start before it")
+    parser.add_argument("--dry-run", action="store_true", help="print the windows and the request, change nothing")
+    parser.add_argument("--reprocess", choices=["none", "completed", "failed"], default="failed",
+                        help="windows that already have a run: redo failed ones (default), redo all (completed; "
+                        "idempotent), or none (Airflow refuses none for our depends_on_past Sink)")  # fmt: skip
+    parser.add_argument("--max-active-runs", type=int, default=3,
+                        help="windows in flight at once (default 3; keep >= 2: the trainer finishes window N's "
+                        "last partial minibatch with window N+1's rows)")  # fmt: skip
+    parser.add_argument("--mode", choices=["service", "inline", "skip"], help="trainer mode for these runs (DAG param)")
+    parser.add_argument("--api", default=os.environ.get("PRIMUS_AIRFLOW_API"),
+                        help="Airflow API server URL (default $PRIMUS_AIRFLOW_API; none: the local airflow CLI)")  # fmt: skip
+    parser.add_argument("--user", default=os.environ.get("PRIMUS_AIRFLOW_USER", "admin"))
+    parser.add_argument("--password", default=os.environ.get("PRIMUS_AIRFLOW_PASSWORD"),
+                        help="API password (default $PRIMUS_AIRFLOW_PASSWORD)")  # fmt: skip
+    parser.add_argument("--keep-paused", action="store_true", help="do not unpause the DAG (backfill runs wait then)")
+    parser.add_argument("--wait", action="store_true", help="(API) wait until every run finished; exit 1 if one failed")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    parser.set_defaults(handler=run)
+
+
+def parse_utc(text: str, flag: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{flag}: expected an ISO instant such as 2026-11-01T00:00Z, found {text!r}") from None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_lib.data.dtgg.timer import windows
+    from primus_lib.spec import load_job
+
+    job = load_job(args.spec)
+    try:
+        start, end = parse_utc(args.start, "--from"), parse_utc(args.end, "--to")
+    except ValueError as exc:
+        print(f"primus backfill: {exc}", file=sys.stderr)
+        return 2
+    if end <= start:
+        print(f"primus backfill: --to {_iso(end)} must be after --from {_iso(start)}", file=sys.stderr)
+        return 2
+    planned = list(windows(job, start, end))
+    if not planned:
+        print(f"primus backfill: no window of job {job.name} starts in [{_iso(start)}, {_iso(end)})", file=sys.stderr)
+        return 2
+    body = {
+        "dag_id": job.name,
+        "from_date": _iso(planned[0]),
+        "to_date": _iso(planned[-1]),  # Airflow's to_date is inclusive (a window start)
+        "run_backwards": False,
+        "reprocess_behavior": args.reprocess,
+        "max_active_runs": args.max_active_runs,
+        "dag_run_conf": {"mode": args.mode} if args.mode else None,
+    }
+    print(f"job {job.name}: {len(planned)} windows {_iso(planned[0])} .. {_iso(planned[-1])} ({job.spec.timer.window})")
+    if args.dry_run:
+        for when in planned:
+            print(f"  window {_iso(when)}")
+        print("request: " + json.dumps(body, sort_keys=True))
+        return 0
+    if args.api:
+        role = job.spec.resources.roles.get("data_executor")
+        return _via_api(args, body, len(planned), max(1, role.replicas) if role else 1)
+    return _via_cli(args, body)
+
+
+def _via_cli(args: argparse.Namespace, body: dict) -> int:
+    airflow = shutil.which("airflow") or os.path.join(os.path.dirname(sys.executable), "airflow")
+    if not args.keep_paused:
+        subprocess.run([airflow, "dags", "unpause", body["dag_id"]], check=False)
+    command = [airflow, "backfill", "create", "--dag-id", body["dag_id"], "--from-date", body["from_date"],
+               "--to-date", body["to_date"], "--reprocess-behavior", body["reprocess_behavior"],
+               "--max-active-runs", str(body["max_active_runs"])]  # fmt: skip
+    if body["dag_run_conf"]:
+        command += ["--dag-run-conf", json.dumps(body["dag_run_conf"])]
+    print("running: " + " ".join(command))
+    return subprocess.run(command, check=False).returncode
+
+
+def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: int) -> int:
+    api = AirflowApi(args.api, args.user, args.password)
+    if not args.keep_paused:
+        api.request("PATCH", f"/api/v2/dags/{body['dag_id']}", {"is_paused": False})
+    api.ensure_pool(f"primus-{body['dag_id']}", pool_slots)
+    backfill = api.request("POST", "/api/v2/backfills", {k: v for k, v in body.items() if v is not None})
+    print(f"backfill {backfill['id']} created for {body['dag_id']}")
+    if not args.wait:
+        return 0
+    runs = api.wait_backfill(backfill["id"], body["dag_id"], expected, args.timeout)
+    failed = [r for r in runs if r["state"] != "success"]
+    for r in runs:
+        print(f"  {r['logical_date']}  {r['state']}")
+    return 1 if failed else 0
+
+
+class AirflowApiError(RuntimeError):
+    pass
+
+
+class AirflowApi:
+    """Token-authenticated JSON calls to the Airflow API server."""
+
+    def __init__(self, base_url: str, user: str, password: str | None, timeout: float = 30.0):
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+        import requests
+
+        self.session = requests.Session()
+        if password is not None:
+            token = self._send("POST", "/auth/token", {"username": user, "password": password})["access_token"]
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def _send(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
+        response = self.session.request(method, self.base + path, json=body, params=params, timeout=self.timeout)
+        if response.status_code >= 400:
+            raise AirflowApiError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def request(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
+        return self._send(method, path, body, params)
+
+    def ensure_pool(self, name: str, slots: int) -> None:
+        """Create the job's executor pool if missing (tasks in a missing pool never run)."""
+        try:
+            self.request("GET", f"/api/v2/pools/{name}")
+        except AirflowApiError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            self.request(
+                "POST", "/api/v2/pools", {"name": name, "slots": slots, "description": "Primus data executors"}
+            )
+
+    def dag_runs(self, dag_id: str) -> list[dict]:
+        out = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 1000, "order_by": "logical_date"})
+        return out["dag_runs"]
+
+    def wait_backfill(
+        self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0
+    ) -> list[dict]:
+        """Wait until the backfill completed and its runs finished; return its runs (oldest first)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = [r for r in self.dag_runs(dag_id) if r.get("run_type") == "backfill"]
+            done = [r for r in runs if r["state"] in ("success", "failed")]
+            info = self.request("GET", f"/api/v2/backfills/{backfill_id}")
+            if info.get("completed_at") and len(done) >= expected:
+                return sorted(runs, key=lambda r: r["logical_date"])
+            if time.monotonic() > deadline:
+                states = {r["logical_date"]: r["state"] for r in runs}
+                raise AirflowApiError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f}s: {states}")
+            time.sleep(poll)

@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from airflow.dag_processing.dagbag import DagBag
+
+from tests.fixtures.airflow import JOB_SPEC, ROOT, copy_dags
+
+GOOD = JOB_SPEC.format(name="{name}", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z")
+
+
+def _sync(dags: Path, env_jobs: Path | None, monkeypatch) -> None:
+    if env_jobs is not None:
+        monkeypatch.setenv("PRIMUS_JOBS_DIR", str(env_jobs))
+    sys.path.insert(0, str(dags))
+    try:
+        import primus_dag_factory
+
+        primus_dag_factory.sync_stubs(dags)
+    finally:
+        sys.path.remove(str(dags))
+        sys.modules.pop("primus_dag_factory", None)
+
+
+def test_dagbag_of_the_repo_dags_folder_has_no_import_errors(monkeypatch, tmp_path):
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path))
+    monkeypatch.delenv("PRIMUS_JOBS_DIR", raising=False)
+    subprocess.run([sys.executable, str(ROOT / "dags" / "primus_dags.py")], check=True, capture_output=True)
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.import_errors == {}
+    assert "ctr-demo" in bag.dag_ids
+    dag = bag.dags["ctr-demo"]
+    ids = {t.task_id for t in dag.tasks}
+    assert {
+        "history.source_impressions",
+        "history.source_clicks",
+        "history.execute_impressions",
+        "history.join",
+        "history.sink",
+        "train",
+    } <= ids
+
+
+def test_one_broken_spec_breaks_only_its_own_dag_and_names_file_and_field(monkeypatch, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    (jobs / "omega.yml").write_text(GOOD.replace("{name}", "omega"))
+    (jobs / "broken.yaml").write_text(GOOD.replace("{name}", "broken").replace("window: 1h", "window: 2h"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    dags = copy_dags(tmp_path / "dags")
+    _sync(dags, jobs, monkeypatch)
+    bag = DagBag(dag_folder=str(dags))
+    assert sorted(bag.dag_ids) == ["alpha", "omega"]
+    assert len(bag.import_errors) == 1
+    ((where, error),) = bag.import_errors.items()
+    assert where.endswith("primus_jobs/broken.py")
+    assert "broken.yaml" in error and "spec.timer.window" in error and "'1h' or '1d'" in error
+
+
+def test_stubs_follow_the_jobs_folder_and_task_runs_write_nothing(monkeypatch, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    dags = copy_dags(tmp_path / "dags")
+    (dags / "primus_jobs").mkdir()
+    (dags / "primus_jobs" / "mine.py").write_text("# a user's file, not generated\n")
+    env = {"PRIMUS_JOBS_DIR": str(jobs), "PATH": "/usr/bin:/bin"}
+    parse = [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1])", str(dags / "primus_dags.py")]
+    subprocess.run(parse, check=True, env={**env, "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "alpha"}, capture_output=True)
+    assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["mine.py"]  # a task run: no writes
+    subprocess.run(parse, check=True, env=env, capture_output=True)  # the DAG processor: sync
+    assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["alpha.py", "mine.py"]
+    (jobs / "alpha.yaml").rename(jobs / "beta.yaml")
+    subprocess.run(parse, check=True, env=env, capture_output=True)
+    assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["beta.py", "mine.py"]
+
+
+def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    dags = copy_dags(tmp_path / "dags")
+    _sync(dags, jobs, monkeypatch)
+    dag = DagBag(dag_folder=str(dags)).dags["alpha"]
+    execute = dag.get_task("history.execute_clicks")
+    assert execute.pool == "primus-alpha"
+    sink = dag.get_task("history.sink")
+    assert sink.depends_on_past is True
+    assert [a.uri for a in sink.outlets] == ["primus://alpha/history"]
+    assert set(dag.get_task("train").upstream_task_ids) == {"history.sink"}
+    assert set(dag.get_task("history.join").upstream_task_ids) == {
+        "history.execute_impressions",
+        "history.execute_clicks",
+    }
+    assert dag.params["mode"] == "service"
+    assert "primus" in dag.tags and "window:1h" in dag.tags
+    assert "```mermaid" in dag.doc_md and "left join on request_id" in dag.doc_md
+    assert dag.timetable.serialize()["window"] == "1h"
+
+
+def test_kubernetes_jobs_get_the_vertical_scalers_pod_override_on_the_data_tasks(monkeypatch, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    spec = GOOD.replace("{name}", "kube").replace("backend: local", "backend: kubernetes")
+    spec = spec.replace("memory: 1Gi}", 'memory: 1Gi, image: "primus:1"}').replace(
+        "memory: 2Gi}", 'memory: 2Gi, image: "primus:1"}'
+    )
+    (jobs / "kube.yaml").write_text(spec)
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    dags = copy_dags(tmp_path / "dags")
+    _sync(dags, jobs, monkeypatch)
+    bag = DagBag(dag_folder=str(dags))
+    assert bag.import_errors == {}
+    pod = bag.dags["kube"].get_task("history.execute_impressions").partial_kwargs["executor_config"]["pod_override"]
+    assert pod.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}

@@ -1,0 +1,61 @@
+"""The operators on an S3 source (SeaweedFS) whose credentials come only from an Airflow connection."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.airflow import JOB_SPEC, make_job
+
+BUCKET = "primus-logs"
+
+
+@pytest.mark.integration
+def test_source_data_tasks_and_join_read_s3_through_the_spec_connection(s3_server, tmp_path: Path, monkeypatch):
+    from primus_operators.operators import PrimusDataSourceOperator, PrimusDataTaskOperator, PrimusJoinerOperator
+
+    local = make_job(tmp_path / "local", end="2026-11-01T01:00:00Z", rows_per_hour=80)
+    fs = s3_server.filesystem()
+    fs.create_dir(BUCKET)
+    for path in sorted(local.data.rglob("*")):
+        if path.is_file() and path.parent.name == "00":
+            fs.open_output_stream(f"{BUCKET}/{path.relative_to(local.data)}").write(path.read_bytes())
+    spec = JOB_SPEC.format(name="s3-job", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
+    spec = spec.replace("file://${PRIMUS_DATA}/", f"s3://{BUCKET}/").replace(
+        "success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: logs_s3}"
+    )
+    spec_path = tmp_path / "s3-job.yaml"
+    spec_path.write_text(spec)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    conn = {
+        "conn_type": "aws",
+        "login": s3_server.access_key,
+        "password": s3_server.secret_key,
+        "extra": {"endpoint_url": s3_server.url, "region_name": "us-east-1"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_LOGS_S3", json.dumps(conn))
+    context = {"data_interval_start": datetime(2026, 11, 1, tzinfo=UTC), "params": {}}
+
+    outputs = []
+    for source in ("impressions", "clicks"):
+        op = PrimusDataSourceOperator(
+            task_id=f"source_{source}", spec_path=str(spec_path), stream="history", source=source
+        )
+        tasks = op.execute(context)
+        assert tasks and all(t["uri"].startswith(f"s3://{BUCKET}/{source}/20261101/00/") for t in tasks)
+        for raw in tasks:
+            outputs.append(
+                PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_task=raw).execute(
+                    context
+                )
+            )
+    manifest = PrimusJoinerOperator(task_id="join", spec_path=str(spec_path), stream="history").execute(context)
+    assert manifest["rows"] > 0 and manifest["window"] == "20261101T000000Z"
+    assert len(outputs) >= 2
+    assert "AWS_ACCESS_KEY_ID" not in os.environ  # the connection was applied only around the calls
