@@ -2,8 +2,8 @@
 # primus-trainer SPEC [primus train options...]
 # Starts `primus train` under torchrun. Rendezvous settings come from the environment the
 # resource backend sets (PRIMUS_NNODES, PRIMUS_NODE_RANK, PRIMUS_MASTER_ADDR/PORT); defaults
-# give a single-node, single-process trainer. This build trains with one rank
-# (see docs/training.md, "Distributed"), so PRIMUS_NPROC defaults to 1.
+# give a single-node, single-process trainer. PRIMUS_NPROC ranks per node train data-parallel
+# (docs/training.md, "Distributed"); a checkpoint resumes only with the same total rank count.
 set -euo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: primus-trainer SPEC [--until-window ID] [--max-steps N] ..." >&2

@@ -1,31 +1,145 @@
-"""torchrun support: process-group start-up (gloo on CPU, nccl on GPU).
+"""torchrun support: the process group and the collectives the data-parallel trainer needs.
 
-Under ``torchrun --nproc-per-node N primus train SPEC`` every rank runs the same trainer.
-This build trains with one rank only: a world size above one is refused with a clear error
-rather than training silently on diverging replicas (see docs/training.md for the sharded
-design: DistributedModelParallel over a non-fused EBC, rank 0 reading and scattering
-minibatches). Not run on a GPU here.
+Under ``torchrun --nproc-per-node N primus train SPEC`` every rank runs the same trainer on
+its own part of the data (``ranks.py``) with a replica of the model. Each iteration the
+ranks all-reduce one small control vector (buffer fill, flags), from which every rank
+derives the same decision (step or not, which stream, checkpoint, stop); a step all-reduces
+the gradients of exactly the parameters that step updates, so Algorithm 1's separation
+holds on every rank. CPU tensors go over gloo; with CUDA the group is ``cpu:gloo,cuda:nccl``
+(the trainer's tensors stay on the CPU; the nccl half was not run here: no GPU).
 """
 
 from __future__ import annotations
 
+import io
 import os
+from datetime import timedelta
 
+import pyarrow as pa
 import torch
+import torch.distributed as dist
 
 
 def world() -> tuple[int, int]:
+    """(rank, world size) of this process: the process group's, else torchrun's environment."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def maybe_init_distributed() -> None:
-    rank, size = world()
-    if "MASTER_ADDR" not in os.environ or torch.distributed.is_initialized():
+    """Start the process group when launched by torchrun (MASTER_ADDR set)."""
+    if "MASTER_ADDR" not in os.environ or dist.is_initialized():
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    torch.distributed.init_process_group(backend=backend)
-    if size > 1:
-        raise RuntimeError(
-            f"primus train: WORLD_SIZE={size} (rank {rank}): multi-rank training is not implemented in this "
-            "build; run with --nproc-per-node 1 (see docs/training.md)"
-        )
+    default = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    backend = os.environ.get("PRIMUS_DIST_BACKEND", default)
+    timeout = timedelta(seconds=float(os.environ.get("PRIMUS_DIST_TIMEOUT", "1800")))
+    dist.init_process_group(backend=backend, timeout=timeout)
+
+
+class Group:
+    """The collectives of a data-parallel trainer; a world of one makes every call local."""
+
+    def __init__(self) -> None:
+        self.rank, self.size = world()
+        self.active = self.size > 1
+        if self.active and not dist.is_initialized():
+            raise RuntimeError(
+                f"WORLD_SIZE={self.size} but no process group: start `primus train` with torchrun "
+                "(MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)"
+            )
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks (float64: exact for counts below 2**53)."""
+        tensor = torch.tensor(values, dtype=torch.float64)
+        if self.active:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.tolist()
+
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maximum over ranks."""
+        tensor = torch.tensor(values, dtype=torch.float64)
+        if self.active:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor.tolist()
+
+    def reduce_grads(self, params: list[torch.nn.Parameter], tables: list[torch.nn.Parameter] = ()) -> None:
+        """Sum the gradients of ``params`` and of the embedding ``tables`` over ranks (missing = zero).
+
+        Tables send only the rows some rank has a gradient for: one all-reduce of a row mask,
+        then one flat all-reduce of the towers' gradients and those rows. Rows nobody touched
+        keep a zero gradient (row-wise Adagrad leaves them as they are).
+        """
+        if not self.active or not (params or tables):
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in [*params, *tables]]
+        table_grads = grads[len(params) :]
+        rows = []
+        if table_grads:
+            mask = torch.cat([(g != 0).any(dim=1) for g in table_grads]).to(torch.uint8)
+            dist.all_reduce(mask, op=dist.ReduceOp.MAX)
+            offset = 0
+            for g in table_grads:
+                rows.append(mask[offset : offset + g.shape[0]].nonzero().squeeze(1))
+                offset += g.shape[0]
+        parts = [g.reshape(-1) for g in grads[: len(params)]] + [
+            g[r].reshape(-1) for g, r in zip(table_grads, rows, strict=True)
+        ]
+        flat = torch.cat(parts)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for param in params:
+            n = param.numel()
+            param.grad = flat[offset : offset + n].view_as(param).clone()
+            offset += n
+        for table, r in zip(tables, rows, strict=True):
+            n = r.numel() * table.shape[1]
+            grad = torch.zeros_like(table)
+            grad[r] = flat[offset : offset + n].view(r.numel(), table.shape[1])
+            table.grad = grad
+            offset += n
+
+    def broadcast_params(self, module: torch.nn.Module) -> None:
+        """Make every rank start from rank 0's weights."""
+        if self.active:
+            for tensor in module.state_dict().values():
+                if isinstance(tensor, torch.Tensor):
+                    dist.broadcast(tensor, src=0)
+
+    def gather(self, obj: object) -> list[object] | None:
+        """Every rank's ``obj`` on rank 0 (None elsewhere)."""
+        if not self.active:
+            return [obj]
+        out: list[object] | None = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def scatter(self, objs: list[object] | None) -> object:
+        """Rank 0's ``objs[r]`` on rank r."""
+        if not self.active:
+            return objs[0] if objs else None
+        out: list[object] = [None]
+        dist.scatter_object_list(out, objs if self.rank == 0 else None, src=0)
+        return out[0]
+
+    def broadcast(self, obj: object) -> object:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.active:
+            return obj
+        box = [obj if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+def table_bytes(table: pa.Table | None) -> bytes | None:
+    """An Arrow table as IPC bytes (to ship pending rows to rank 0)."""
+    if table is None or table.num_rows == 0:
+        return None
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def bytes_table(raw: bytes | None) -> pa.Table | None:
+    return None if raw is None else pa.ipc.open_stream(raw).read_all()

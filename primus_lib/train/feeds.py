@@ -18,6 +18,7 @@ from primus_lib.data.shards import read_manifest
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
+from primus_lib.train.ranks import owns_shard
 
 SEQ_COLUMN = "__seq"  # tags batch rows with their queue entry, to know when a window is consumed
 
@@ -26,11 +27,14 @@ class BatchFeed:
     """Shards of one batch stream's committed windows, strictly in training-queue order.
 
     A window may be read once ``gate(window_start_ms)`` allows it (the batch-lag rule) and
-    only while ``admit(window)`` accepts it (``until``/timer end/mode switch).
+    only while ``admit(window)`` accepts it (``until``/timer end/mode switch). Under a
+    data-parallel trainer the feed reads only the shards its rank owns (``ranks.owns_shard``).
     """
 
-    def __init__(self, queue: TrainingQueue, stream: str, lag: timedelta, ts_column: str):
+    def __init__(self, queue: TrainingQueue, stream: str, lag: timedelta, ts_column: str, rank: int = 0, size: int = 1):
         self.queue = queue
+        self.rank = rank
+        self.size = size
         self.stream = stream
         self.lag_ms = int(lag.total_seconds() * 1000)
         self.ts_column = ts_column
@@ -73,6 +77,7 @@ class BatchFeed:
             raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
         if self.seq != window.seq:
             self.seq, self.shard = window.seq, 0
+        self._skip_foreign(len(manifest.shards))
         if self.shard >= len(manifest.shards) or manifest.rows == 0:
             self.done_seq = window.seq
             return pa.table({SEQ_COLUMN: pa.array([], pa.int64())})
@@ -80,9 +85,23 @@ class BatchFeed:
         with pa.memory_map(str(Path(window.path) / info.file)) as source:
             table = pa.ipc.open_file(source).read_all()
         self.shard += 1
+        self._skip_foreign(len(manifest.shards))
         if self.shard >= len(manifest.shards):
             self.done_seq = window.seq
         return table.append_column(SEQ_COLUMN, pa.array(np.full(table.num_rows, window.seq, np.int64)))
+
+    def _skip_foreign(self, shards: int) -> None:
+        while self.shard < shards and not owns_shard(self.shard, self.rank, self.size):
+            self.shard += 1
+
+    def expected_rows(self, window: QueuedWindow) -> int:
+        """Rows of ``window`` this rank trains (all of them in a world of one)."""
+        if self.size == 1:
+            return window.rows
+        manifest = read_manifest(Path(window.path))
+        if manifest is None:
+            raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
+        return sum(s.rows for i, s in enumerate(manifest.shards) if owns_shard(i, self.rank, self.size))
 
 
 class StreamFeed:

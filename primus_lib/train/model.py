@@ -30,6 +30,7 @@ class ModelOptions:
     aux: str = "logit"  # what h_aux carries: the memory tower's output ("logit"), or "hidden+logit" | "hidden"
     adapt_residual: bool = False  # adapt logit = adapt head + memory logit (no grad into memory)
     fused: bool = True  # FusedEmbeddingBagCollection (single process); False: EBC for DMP sharding
+    replicated: bool = False  # plain CPU EBC, dense gradients all-reduced, RowWiseAdagrad stepped by the Stepper
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -59,6 +60,15 @@ def build_embeddings(features: FeaturesSpec, dim: int, sparse_lr: float, fused: 
     return ebc
 
 
+def replicated_embeddings(features: FeaturesSpec, dim: int) -> nn.Module:
+    """A plain EBC on the CPU: each data-parallel rank holds all tables, gradients are all-reduced."""
+    tables = [
+        EmbeddingBagConfig(name=f"t_{f.name}", embedding_dim=dim, num_embeddings=f.buckets, feature_names=[f.name])
+        for f in features.sparse
+    ]
+    return EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+
+
 class TwoTowerModel(nn.Module):
     def __init__(
         self,
@@ -73,7 +83,10 @@ class TwoTowerModel(nn.Module):
         self.options = options or ModelOptions()
         self.keys = [f.name for f in features.sparse]
         self.n_dense = len(features.dense)
-        self.embeddings = build_embeddings(features, spec.embedding_dim, sparse_lr, self.options.fused)
+        if self.options.replicated:
+            self.embeddings = replicated_embeddings(features, spec.embedding_dim)
+        else:
+            self.embeddings = build_embeddings(features, spec.embedding_dim, sparse_lr, self.options.fused)
         width = spec.embedding_dim * len(self.keys) + self.n_dense
         self.memory = mlp([width, *spec.memory_tower])
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)

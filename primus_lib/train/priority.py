@@ -121,14 +121,19 @@ class PriorityReader:
         if buffer is None:
             self.observe()
             return None
-        rows = buffer.pop(min(self.batch_size, buffer.rows))
+        return buffer, self.serve(buffer.name, min(self.batch_size, buffer.rows))
+
+    def serve(self, name: str, n: int) -> pa.Table:
+        """Pop ``n`` rows of buffer ``name`` (the data-parallel trainer decides which buffer)."""
+        buffer = self.buffers[name]
+        rows = buffer.pop(n)
         self.served[buffer.name] += rows.num_rows
         self.metrics.rows_served.labels(buffer.name).inc(rows.num_rows)
         if rows.num_rows:
             newest = rows.column(buffer.ts_column).to_numpy().max() / 1000.0
             self.metrics.lag_seconds.labels(buffer.name).set(self.clock() - float(newest))
         self.observe()
-        return buffer, rows
+        return rows
 
     def observe(self) -> None:
         for buffer in self.buffers.values():

@@ -70,6 +70,11 @@ class Stepper:
         if self.mode == "mtrm":
             self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
         self.loss_fn = nn.BCEWithLogitsLoss()
+        self.sparse: torch.optim.Optimizer | None = None  # replicated embeddings: stepped after the all-reduce
+        if self.model.options.replicated:
+            from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+            self.sparse = RowWiseAdagrad(self.model.embeddings.parameters(), lr=sparse_lr)
 
     def graph_for(self, kind: str) -> str:
         """Which computation graph a minibatch of ``kind`` runs (mode routing)."""
@@ -95,6 +100,33 @@ class Stepper:
         optimizer.step()
         return StepResult(graph, float(loss.detach()), torch.sigmoid(logit.detach()).numpy())
 
+    def step_synced(self, kind: str, batch: Batch | None, global_rows: int, group) -> StepResult | None:
+        """One data-parallel step: this rank's rows (``batch``; None when it has none) are part of a
+        global minibatch of ``global_rows``. Only the parameters ``kind`` updates get gradients; they
+        are summed over ranks (``group.reduce_grads``), so every rank applies the same update."""
+        graph = self.graph_for(kind)
+        self.model.train()
+        params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
+        update_emb = self.updates_embeddings(kind)
+        tables = list(self.model.embeddings.parameters()) if update_emb else []
+        for param in self.model.parameters():
+            param.grad = None
+        result = None
+        if batch is not None and batch.size:
+            emb = self.model.embed(batch.sparse)
+            if not update_emb:
+                emb = emb.detach()
+            x = self.model.inputs(emb, batch.dense)
+            logit = self.model.adapt_forward(x)[0] if graph == "adapt" else self.model.memory_forward(x)[0]
+            loss_sum = nn.functional.binary_cross_entropy_with_logits(logit, batch.labels, reduction="sum")
+            (loss_sum / global_rows).backward()
+            result = StepResult(graph, float(loss_sum.detach()) / batch.size, torch.sigmoid(logit.detach()).numpy())
+        group.reduce_grads(params, tables)
+        self.optimizers[graph].step()
+        if update_emb and self.sparse is not None:
+            self.sparse.step()
+        return result
+
     @torch.no_grad()
     def predict(self, batch: Batch, output: str | None = None) -> np.ndarray:
         """The served probability (``output`` overrides: "memory" | "adapt")."""
@@ -119,6 +151,8 @@ class Stepper:
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
 
     def sparse_optimizer(self):
+        if self.sparse is not None:
+            return self.sparse
         emb = self.model.embeddings
         if hasattr(emb, "fused_optimizer"):
             return emb.fused_optimizer()

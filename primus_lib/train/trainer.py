@@ -10,6 +10,9 @@ has ended, the rule is off.
 Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
 not yet trained; resuming restores all of them. Stream offsets are committed to the source
 only after the checkpoint that covers them is durable.
+
+Under torchrun with several ranks the same Trainer reads its rank's share of the data and
+``data_parallel.DataParallel`` runs the loop, the steps and the checkpoints in lockstep.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from primus_lib.train.batch import to_batch
 from primus_lib.train.checkpoint import atomic_write, load_latest, save_checkpoint
 from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed, StreamFeed
 from primus_lib.train.metrics import WindowStats
+from primus_lib.train.model import ModelOptions
 from primus_lib.train.priority import Buffer, PriorityReader
 from primus_lib.train.progress import progress_document
+from primus_lib.train.ranks import open_rank_stream_readers
 from primus_lib.train.steps import Stepper
 
 log = logging.getLogger("primus.trainer")
@@ -75,6 +80,10 @@ class Trainer:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
     ):
+        from primus_lib.train.data_parallel import DataParallel
+        from primus_lib.train.distributed import Group
+
+        self.group = Group()
         self.job = job
         self.options = options
         self.clock = clock
@@ -84,7 +93,11 @@ class Trainer:
         self.features = spec.features
         self.batch_size = spec.training.batch_size
         self.window_ms = int(spec.timer.window_size.total_seconds() * 1000)
-        self.stepper = Stepper(job, mode=self.mode)
+        rank, size = self.group.rank, self.group.size
+        self.stepper = Stepper(
+            job, mode=self.mode, options=ModelOptions(replicated=True) if self.group.active else None
+        )
+        self.group.broadcast_params(self.stepper.model)
         self.registry = registry or CollectorRegistry()
         self.id_column = spec.features.id or (job_keys_first(job))
         switch = options.switch_at or default_switch(job)
@@ -96,10 +109,17 @@ class Trainer:
         if self.mode in READS_BATCH:
             queue = TrainingQueue(self.paths.ledger)
             for stream in job.batch_streams:
-                self.batch_feeds[stream.name] = BatchFeed(queue, stream.name, stream.lag, self.features.timestamp)
+                self.batch_feeds[stream.name] = BatchFeed(
+                    queue, stream.name, stream.lag, self.features.timestamp, rank, size
+                )
                 buffers.append(Buffer(stream.name, "batch", weights.get(stream.name, 1.0), self.features.timestamp))
         if self.mode in READS_STREAM:
-            readers = stream_readers if stream_readers is not None else open_stream_readers(job)
+            if stream_readers is not None:
+                readers = stream_readers
+            elif self.group.active:
+                readers = open_rank_stream_readers(job, rank, size)
+            else:
+                readers = open_stream_readers(job)
             lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
             keep_from = self.switch_ms - int(lag.total_seconds() * 1000) if self.switch_ms is not None else None
             for stream in job.stream_streams:
@@ -123,6 +143,10 @@ class Trainer:
         interval = spec.training.checkpoint_interval
         self.checkpoint_every_s = interval.total_seconds() if interval else None
         self.sample_log = options.sample_log or _env_path("PRIMUS_TRAIN_SAMPLE_LOG")
+        if self.sample_log is not None and self.group.active:
+            self.sample_log = self.sample_log.with_name(f"{self.sample_log.name}.rank{rank}")
+        self.unmerged: dict[str, dict] = {}  # data-parallel: this rank's raw stats of windows it finished
+        self.dp = DataParallel(self) if self.group.active else None
         self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
         self.until_ms = int(parse_window_id(options.until_window).timestamp() * 1000) if options.until_window else None
 
@@ -134,6 +158,8 @@ class Trainer:
         new), the stream's present is the clock, so a stream that simply has no newer events
         (a finished demo topic, a quiet night) does not hold the batch back forever.
         """
+        if self.dp is not None:  # the stream's position over all ranks (agreed each iteration)
+            return self.dp.watermark_ms()
         feeds = [f for fs in self.stream_feeds.values() for f in fs]
         if not feeds or self.mode == "offline_then_online" or all(f.ended() for f in feeds):
             return None
@@ -173,7 +199,8 @@ class Trainer:
                         break
                     staged.push(table)
                     arrived = True
-            staged.exhausted = bool(feeds) and all(f.ended() for f in feeds)
+            # a rank that owns no partition of the stream will never read any of it
+            staged.exhausted = all(f.ended() for f in feeds) if feeds else self.group.active
         mark = self.watermark_ms()
         for name, feed in self.batch_feeds.items():
             staged = self.staging[name]
@@ -225,8 +252,9 @@ class Trainer:
     def _expect(self, feed: BatchFeed, seq: int) -> None:
         window = feed.windows.get(seq)
         if window is not None and window.seq not in self.seq_rows:
-            self.seq_rows[window.seq] = [f"{window.stream}/{window.window}", window.rows, 0]
-            if window.rows == 0:
+            rows = feed.expected_rows(window)
+            self.seq_rows[window.seq] = [f"{window.stream}/{window.window}", rows, 0]
+            if rows == 0:
                 self._window_done(window.seq)
 
     def _batch_finished(self, feed: BatchFeed) -> bool:
@@ -252,6 +280,11 @@ class Trainer:
         batch = to_batch(rows, self.features, self.id_column)
         result = self.stepper.step(buffer.kind, batch)
         self.step += 1
+        self._account(buffer, rows, batch, result)
+        return True
+
+    def _account(self, buffer: Buffer, rows, batch, result) -> None:
+        """Per-window statistics, window completion and the sample log of one trained minibatch."""
         labels = batch.labels.numpy()
         if buffer.kind == "batch":
             seqs = rows.column(SEQ_COLUMN).to_numpy()
@@ -276,7 +309,6 @@ class Trainer:
         if self.sample_log is not None and batch.ids is not None:
             with open(self.sample_log, "a", encoding="utf-8") as handle:
                 handle.write(f"step {self.step} {buffer.name} {','.join(batch.ids)}\n")
-        return True
 
     def _servable(self) -> set[str] | None:
         """offline_then_online: the stream is served only once the batch phase is finished."""
@@ -292,51 +324,64 @@ class Trainer:
 
     def _window_done(self, seq: int) -> None:
         key = self.seq_rows.pop(seq)[0]
-        self.consumed[key] = _summary(self.stats.pop(key, WindowStats()))
+        self._consume(key, self.stats.pop(key, WindowStats()))
         self.windows_done_since_checkpoint = True
+
+    def _consume(self, key: str, stats: WindowStats) -> None:
+        self.consumed[key] = _summary(stats)
+        if self.group.active:  # merged over ranks into progress.json by rank 0 (data_parallel.py)
+            self.unmerged[key] = stats.to_dict()
+
+    def stream_horizon(self, name: str) -> int:
+        """Event time before which every row of stream ``name`` read by this trainer is trained."""
+        buffer = self.reader.buffers[name]
+        pending = buffer.pending()
+        if pending is not None:  # rows before the oldest untrained one are all trained
+            return int(pc.min(pending.column(self.features.timestamp)).as_py())
+        if buffer.exhausted:
+            return 2**62
+        # everything read is trained; events arrive in event-time order
+        return max((f.watermark_ms for f in self.stream_feeds[name]), default=-(2**62))
 
     def _close_stream_windows(self) -> None:
         """A stream window is consumed once the trained rows' event time passed its end."""
         for name in self.stream_feeds:
-            buffer = self.reader.buffers[name]
-            pending = buffer.pending()
-            if pending is not None:  # rows before the oldest untrained one are all trained
-                horizon = int(pc.min(pending.column(self.features.timestamp)).as_py())
-            elif buffer.exhausted:
-                horizon = 2**62
-            else:  # everything read is trained; events arrive in event-time order
-                horizon = max((f.watermark_ms for f in self.stream_feeds[name]), default=-(2**62))
+            horizon = self.stream_horizon(name)
             for key in [k for k in self.stats if k.startswith(f"{name}/")]:
                 start = int(parse_window_id(key.split("/", 1)[1]).timestamp() * 1000)
                 if start + self.window_ms <= horizon:
-                    self.consumed[key] = _summary(self.stats.pop(key))
+                    self._consume(key, self.stats.pop(key))
 
     # -- checkpoints --------------------------------------------------------------------
     def restore(self) -> None:
         ckpt = load_latest(self.paths.checkpoints)
         if ckpt is None:
-            self._log_run(0)
+            self.log_run(0)
             return
         pos = ckpt.position
-        if pos.get("mode") != self.mode:
-            raise RuntimeError(f"{ckpt.path}: checkpoint of mode {pos.get('mode')!r}, trainer runs {self.mode!r}")
+        check_checkpoint(ckpt.path, pos, self.mode, 1)
         self.stepper.load_state_dict(ckpt.state)
         self.step = ckpt.step
+        self.apply_position(pos, ckpt.pending)
+        self.last_checkpoint_step = self.step
+        self.log_run(self.step)
+        log.info("resumed from %s at step %d", ckpt.path, self.step)
+
+    def apply_position(self, pos: dict, pending: dict) -> None:
+        """Seek the feeds, refill the buffers with the rows read but not trained, restore stats."""
         for name, feed in self.batch_feeds.items():
             feed.seek(pos["batch"][name])
             feed.next_window()
         for name, feeds in self.stream_feeds.items():
             for feed, saved in zip(feeds, pos["stream"][name], strict=True):
                 feed.seek(saved)
-        for name, table in ckpt.pending.items():
-            self.reader.buffers[name].push(table)
+        for name, table in pending.items():
+            if table is not None:
+                self.reader.buffers[name].push(table)
         self.stats = {k: WindowStats.from_dict(v) for k, v in pos["stats"].items()}
         self.consumed = pos["consumed"]
         self.seq_rows = {int(k): v for k, v in pos["seq_rows"].items()}
         self.reader.served.update(pos.get("served", {}))
-        self.last_checkpoint_step = self.step
-        self._log_run(self.step)
-        log.info("resumed from %s at step %d", ckpt.path, self.step)
 
     def checkpoint(self) -> None:
         if self.step == self.last_checkpoint_step:
@@ -345,9 +390,9 @@ class Trainer:
             self.transfer()
             self._checkpoint()
 
-    def _checkpoint(self) -> None:
-        self._close_stream_windows()
-        position = {
+    def position(self) -> dict:
+        """This trainer's data position (caller holds ``self.lock``)."""
+        return {
             "mode": self.mode,
             "batch": {n: f.position() for n, f in self.batch_feeds.items()},
             "stream": {n: [f.position() for f in fs] for n, fs in self.stream_feeds.items()},
@@ -356,6 +401,10 @@ class Trainer:
             "seq_rows": self.seq_rows,
             "served": self.reader.served,
         }
+
+    def _checkpoint(self) -> None:
+        self._close_stream_windows()
+        position = self.position()
         pending = {name: buffer.pending() for name, buffer in self.reader.buffers.items()}
         # Drop the tag column from nothing: pending batch rows keep __seq so accounting survives.
         save_checkpoint(self.paths.checkpoints, self.step, self.stepper.state_dict(), position, pending)
@@ -368,7 +417,7 @@ class Trainer:
         atomic_write(self.paths.progress, progress_document(self.consumed, self.step, stream_position, self.mode))
         self.windows_done_since_checkpoint = False
 
-    def _log_run(self, step: int) -> None:
+    def log_run(self, step: int) -> None:
         if self.sample_log is not None:
             with open(self.sample_log, "a", encoding="utf-8") as handle:
                 handle.write(f"run {os.getpid()} resume {step}\n")
@@ -376,21 +425,27 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> str:
         self.windows_done_since_checkpoint = False
-        self.restore()
+        dp = self.dp
+        (dp.restore if dp else self.restore)()
         if self.options.prefetch:
             self.prefetch = Prefetcher(self)
             self.prefetch.start()
         try:
-            self._loop()
+            (dp.loop if dp else self._loop)()
         finally:
             if self.prefetch is not None:
                 self.prefetch.stop()
-        self.checkpoint()
+        (dp.checkpoint if dp else self.checkpoint)()
         for feeds in self.stream_feeds.values():
             for feed in feeds:
                 feed.reader.close()
-        done = [k for k in self.consumed if "/" in k]
-        return f"trainer {self.job.name} ({self.mode}): step {self.step}, {len(done)} windows consumed, served {self.reader.served}"
+        consumed = dp.global_consumed if dp and self.group.rank == 0 else self.consumed
+        done = [k for k in consumed if "/" in k]
+        who = f" rank {self.group.rank}/{self.group.size}" if dp else ""
+        return (
+            f"trainer {self.job.name} ({self.mode}){who}: step {self.step}, {len(done)} windows consumed, "
+            f"served {self.reader.served}"
+        )
 
     def _loop(self) -> None:
         idle_since = time.monotonic()
@@ -476,6 +531,19 @@ class Prefetcher:
         self.check()
 
 
+def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
+    """A checkpoint resumes only the same mode and the same number of ranks (each rank's cursors
+    follow its share of the data)."""
+    if pos.get("mode") != mode:
+        raise RuntimeError(f"{path}: checkpoint of mode {pos.get('mode')!r}, trainer runs {mode!r}")
+    written = int(pos.get("world_size", 1))
+    if written != world_size:
+        raise RuntimeError(
+            f"{path}: checkpoint written by {written} rank(s), this trainer runs {world_size}: "
+            "resume with the same --nnodes x --nproc-per-node (or start from a fresh PRIMUS_HOME)"
+        )
+
+
 def _summary(stats: WindowStats) -> dict:
     return {"samples": stats.samples, "auc": stats.auc(), "logloss": stats.logloss(), "at": time.time()}
 
@@ -490,8 +558,12 @@ def run_trainer(
 
     torch.set_num_threads(int(os.environ.get("PRIMUS_TORCH_THREADS", "1")))
     maybe_init_distributed()
-    trainer = Trainer(job, options, stream_readers, registry)
-    return trainer.run()
+    try:
+        trainer = Trainer(job, options, stream_readers, registry)
+        return trainer.run()
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def open_stream_readers(job: PrimusJob) -> dict[str, list[StreamReader]]:

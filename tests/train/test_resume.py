@@ -29,7 +29,7 @@ def _consumed(log_text: str) -> tuple[Counter, list[int]]:
         parts = line.split(" ")
         if parts[0] == "run":
             runs.append((int(parts[3]), []))
-        elif parts[0] == "step":
+        elif parts[0] == "step" and len(parts) == 4:  # a SIGKILL may cut the last line short
             runs[-1][1].append((int(parts[1]), parts[2], parts[3].split(",")))
     counts: Counter = Counter()
     for index, (_, steps) in enumerate(runs):
