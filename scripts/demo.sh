@@ -64,18 +64,33 @@ step "preparing Airflow ($AIRFLOW_HOME, SQLite)"
 "$ROOT/.venv/bin/airflow" db migrate >"$PRIMUS_HOME/airflow-migrate.log" 2>&1
 $PY dags/primus_dags.py >/dev/null
 
-step "running $WINDOWS windows of DAG ctr-demo (dag.test, trainer in service mode)"
+step "running $WINDOWS windows of DAG ctr-demo (dag.test, trainer in service mode; log: airflow-runs.log)"
+status=0
 $PY -m primus_operators.local_runs --dag-id ctr-demo --windows "$WINDOWS" --mode service \
-  --json "$PRIMUS_HOME/demo-report.json" 2> >(grep -v -e "is ignored" >"$PRIMUS_HOME/airflow-runs.log")
+  --json "$PRIMUS_HOME/demo-report.json" >"$PRIMUS_HOME/airflow-runs.log" 2>&1 || status=$?
 
-step "the trainer's progress"
-$PY - <<PY
-import json, pathlib
-progress = json.loads(pathlib.Path("$PRIMUS_HOME/jobs/ctr-demo/trainer/progress.json").read_text())
-batch = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
-print(f"trainer step {progress.get('step')}: {len(batch)} batch windows and "
-      f"{len(progress['consumed']) - len(batch)} stream windows consumed")
+step "per-window results"
+$PY - "$PRIMUS_HOME" <<'PY'
+import json, pathlib, sys
+home = pathlib.Path(sys.argv[1])
+report = json.loads((home / "demo-report.json").read_text()) if (home / "demo-report.json").exists() else []
+print(f"{'window':<22} {'run':<8} {'samples':>8} {'auc':>7} {'logloss':>8}")
+for run in report:
+    m = run.get("metrics") or {}
+    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else "-"
+    print(f"{run['window'][:19]:<22} {run['state']:<8} {m.get('samples', '-'):>8} {fmt(m.get('auc')):>7} {fmt(m.get('logloss')):>8}")
+progress_path = home / "jobs/ctr-demo/trainer/progress.json"
+if progress_path.exists():
+    progress = json.loads(progress_path.read_text())
+    batch = [k for k in progress["consumed"] if k.startswith("history/")]
+    print(f"trainer: step {progress.get('step')}, {len(batch)} batch windows and "
+          f"{len(progress['consumed']) - len(batch)} stream windows consumed (trainer/progress.json)")
 PY
+if [ "$status" -ne 0 ]; then
+  echo "demo: a window failed; see $PRIMUS_HOME/airflow-runs.log" >&2
+  tail -n 30 "$PRIMUS_HOME/airflow-runs.log" >&2
+  exit "$status"
+fi
 echo
 echo "demo: done. State: $PRIMUS_HOME (report: demo-report.json, Airflow logs: airflow/logs)."
 echo "Next: 'make demo DEMO_WINDOWS=24', the Airflow UI (docs/airflow.md), 'primus eval' (docs/training.md)."
