@@ -7,7 +7,6 @@ a hidden sibling directory and renames it into place in one step.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+
+from primus_lib.durable import fsync_path, write_ipc
 
 MANIFEST = "manifest.json"
 
@@ -70,11 +71,11 @@ def write_window(
         for index, offset in enumerate(range(0, max(table.num_rows, 1), rows_per_shard)):
             part = table.slice(offset, rows_per_shard)
             name = f"part-{index:05d}.arrow"
-            digest = _write_ipc(staging / name, part)
+            digest = write_ipc(staging / name, part)
             shards.append(ShardInfo(name, part.num_rows, digest))
         manifest = Manifest(stream, window, table.num_rows, seed, shards, extra or {})
         (staging / MANIFEST).write_text(manifest.to_json())
-        _fsync_dir(staging)
+        fsync_path(staging)
         try:
             os.rename(staging, directory)
         except OSError:
@@ -82,7 +83,7 @@ def write_window(
                 raise
             shutil.rmtree(staging, ignore_errors=True)
             return read_manifest(directory)  # type: ignore[return-value]
-        _fsync_dir(directory.parent)
+        fsync_path(directory.parent)
         return manifest
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -109,23 +110,3 @@ def iter_window(directory: Path, start_shard: int = 0) -> Iterator[pa.Table]:
     for shard in manifest.shards[start_shard:]:
         with pa.memory_map(str(Path(directory) / shard.file)) as source:
             yield pa.ipc.open_file(source).read_all()
-
-
-def _write_ipc(path: Path, table: pa.Table) -> str:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    data = sink.getvalue()
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return hashlib.sha256(data).hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

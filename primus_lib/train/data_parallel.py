@@ -4,13 +4,18 @@ Each rank reads its own share of the data (``ranks.py``) into its own buffers. R
 run the same kind of step together (a batch step all-reduces memory-tower gradients, a
 stream step adapt-tower gradients), so every iteration they all-reduce one control vector:
 per buffer the rows each rank would take now (a full minibatch, or a remainder of an
-exhausted source) and the rows queued, plus flags (checkpoint wanted, done, idle, until
-reached). Every rank derives the same decision from the sums:
+exhausted source), the rows queued, whether the rank's feed is drained (``trainer.py``) and
+the remainder it would flush, plus flags (checkpoint wanted, done, idle, until reached).
+Every rank derives the same decision from the sums:
 
 - the next minibatch comes from the buffer with the highest ``w * sigmoid(q)``, ``q`` the
   global queue in global minibatches, among buffers some rank can serve; ranks with
   nothing ready for it join the step with zero rows (zero gradient), so nobody waits on
   a slow partition and every row is still trained once;
+- a batch buffer's partial remainder is flushed only when *every* rank's feed is drained
+  (or exhausted): then each rank takes what it holds, up to a minibatch, and a window that
+  does not fill a global minibatch completes without waiting for the next window, while
+  no rank still reading the same window has its rows split off;
 - the loss is the sum over this rank's rows divided by the global row count, so the
   all-reduced gradient is the mean over the global minibatch.
 
@@ -83,11 +88,13 @@ class DataParallel:
         self._agree_mark()
         size = t.batch_size
         values: list[float] = []
-        self.takes = {}
+        full: dict[str, int] = {}
+        partial: dict[str, int] = {}
         for name in self.names:
             buffer = t.reader.buffers[name]
-            self.takes[name] = min(size, buffer.rows) if buffer.ready(size) else 0
-            values += [self.takes[name], buffer.rows]
+            full[name] = min(size, buffer.rows) if buffer.full(size) else 0
+            partial[name] = min(size, buffer.rows)
+            values += [full[name], buffer.rows, float(buffer.drained or buffer.exhausted), partial[name]]
         options = t.options
         want = t.windows_done_since_checkpoint or bool(
             t.checkpoint_every_s and time.monotonic() - t.last_checkpoint_at >= t.checkpoint_every_s
@@ -102,14 +109,20 @@ class DataParallel:
         }
         sums = self.group.sum(values + [float(local[f]) for f in FLAGS])
         n = self.group.size
-        flags = {f: sums[2 * len(self.names) + i] >= n for i, f in enumerate(FLAGS)}
-        flags["checkpoint"] = sums[2 * len(self.names)] > 0  # any rank finished a window
+        width = 4 * len(self.names)
+        flags = {f: sums[width + i] >= n for i, f in enumerate(FLAGS)}
+        flags["checkpoint"] = sums[width] > 0  # any rank finished a window
         only = None
         if t.mode == "offline_then_online" and not flags["batch_finished"]:
             only = set(t.batch_feeds)  # the stream is served once every rank finished the batch phase
         best, best_p, rows = None, -1.0, 0
+        self.takes = {}
         for i, name in enumerate(self.names):
-            take, queued = int(sums[2 * i]), sums[2 * i + 1]
+            take, queued, drained, flush = sums[4 * i : 4 * i + 4]
+            self.takes[name] = full[name]
+            if drained >= n:  # every rank's feed is drained: remainders go too
+                self.takes[name], take = partial[name], flush
+            take = int(take)
             if take == 0 or (only is not None and name not in only):
                 continue
             p = priority(t.reader.buffers[name].weight, queued / n, size)

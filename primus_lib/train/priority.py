@@ -1,7 +1,10 @@
 """The trainer's sample buffers and the mixed-data priority rule.
 
-One buffer per data stream. A buffer is *ready* when it holds a full minibatch (or, once
-its source is exhausted, whatever is left). Among ready buffers the next minibatch comes
+One buffer per data stream. A buffer is *ready* when it holds a full minibatch, or, once
+its source is exhausted or *drained*, whatever is left (a smaller final minibatch, like
+``drop_last=False``). A batch buffer is drained when every row it holds belongs to a window
+read completely and the next window is not available yet (see ``Trainer.read_inputs``): its
+window then completes instead of waiting for the next window's rows. Among ready buffers the next minibatch comes
 from the one with the highest ``p_i = w_i * sigmoid(q_i)``, where ``w_i`` is the stream's
 weight (``spec.training.priority``, default 1) and ``q_i`` its queued rows measured in
 minibatches (``rows / batch_size``), so that the sigmoid saturates over a few minibatches
@@ -56,6 +59,7 @@ class Buffer:
         self.chunks: deque[pa.Table] = deque()
         self.rows = 0
         self.exhausted = False  # the source will add nothing more
+        self.drained = False  # the source has nothing more now and every queued row's window is fully read
 
     def push(self, table: pa.Table | pa.RecordBatch) -> None:
         if isinstance(table, pa.RecordBatch):
@@ -83,8 +87,12 @@ class Buffer:
         """Everything queued (for the checkpoint), without removing it."""
         return pa.concat_tables(list(self.chunks)) if self.chunks else None
 
-    def ready(self, batch_size: int) -> bool:
+    def full(self, batch_size: int) -> bool:
+        """A full minibatch, or the remainder of a source that will add nothing more."""
         return self.rows >= batch_size or (self.exhausted and self.rows > 0)
+
+    def ready(self, batch_size: int) -> bool:
+        return self.full(batch_size) or (self.drained and self.rows > 0)
 
 
 class PriorityReader:

@@ -7,6 +7,15 @@ newest event time read, or the clock once every source has caught up) has reache
 are trained, as production sees it. With no stream in the mode, or once a bounded stream
 has ended, the rule is off.
 
+Window completion: a batch window's last rows usually do not fill a minibatch. They are
+trained with the next window's rows when that window is available; when it is not (not in
+the queue yet, or held back by the batch-lag rule, ``until``, the timer end) and every
+buffered row's window has been read completely, the buffer is *drained* and the rows go as
+one smaller minibatch, so the window is consumed, checkpointed and listed in progress.json
+without waiting for the next window. The flush waits ``flush_grace`` (one poll interval by
+default) with nothing new read, so a window committed a moment later still merges into full
+minibatches.
+
 Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
 not yet trained; resuming restores all of them. Stream offsets are committed to the source
 only after the checkpoint that covers them is durable.
@@ -63,6 +72,7 @@ class TrainerOptions:
     high_water: int = 4  # minibatches a buffer reads ahead
     prefetch: bool = True  # read the feeds in a background thread
     step_delay: float = 0.0  # test aid (PRIMUS_TRAIN_STEP_DELAY): sleep after each step
+    flush_grace: float | None = None  # seconds a drained batch feed waits before a partial step; None: poll_interval
 
 
 def default_switch(job: PrimusJob) -> datetime:
@@ -130,6 +140,8 @@ class Trainer:
         self.reader = PriorityReader(buffers, self.batch_size, self.registry)
         self.staging = {b.name: Buffer(b.name, b.kind, b.weight, b.ts_column) for b in buffers}
         self.staged_seqs: list[int] = []
+        self.stalled_since: dict[str, float | None] = {name: None for name in self.batch_feeds}
+        self.flush_grace = options.flush_grace if options.flush_grace is not None else options.poll_interval
         self.lock = threading.Lock()
         self.prefetch: Prefetcher | None = None
         self.step = 0
@@ -204,15 +216,30 @@ class Trainer:
         mark = self.watermark_ms()
         for name, feed in self.batch_feeds.items():
             staged = self.staging[name]
+            got = stalled = False
             while staged.rows + self.reader.buffers[name].rows < high:
                 table = feed.read(lambda at: mark is None or mark >= at, self.admit)
-                if table is None:
+                if table is None:  # nothing may be read now; stalled if no window is half read
+                    stalled = feed.seq == feed.done_seq
                     break
                 self.staged_seqs.append(feed.seq)
                 staged.push(table)
-                arrived = True
+                arrived = got = True
             staged.exhausted = self._batch_finished(feed)
+            staged.drained = self._drained(name, stalled, got)
         return arrived
+
+    def _drained(self, name: str, stalled: bool, got: bool) -> bool:
+        """Every row read of stream ``name`` belongs to a fully read window and no further
+        window could be read for ``flush_grace`` seconds: its remainder may go as a partial step."""
+        now = time.monotonic()
+        if not stalled:
+            self.stalled_since[name] = None
+            return False
+        since = self.stalled_since[name]
+        if got or since is None:  # the grace period runs from the last row read
+            self.stalled_since[name] = since = now
+        return now - since >= self.flush_grace
 
     def transfer(self) -> bool:
         """Move staged rows into the training buffers (caller holds ``self.lock``)."""
@@ -228,20 +255,22 @@ class Trainer:
                 moved = True
             staged.rows = 0
             buffer.exhausted = staged.exhausted
+            buffer.drained = staged.drained
         return moved
 
     def fill(self) -> bool:
         """Bring read rows into the buffers; True when any arrived.
 
         With the prefetch thread this only waits for the lock when no buffer holds a full
-        minibatch (true starvation); otherwise it reads inline.
+        minibatch (true starvation; a drained remainder also waits, so that the flag it is
+        flushed on is current); otherwise it reads inline.
         """
         if self.prefetch is None:
             with self.lock:
                 self.read_inputs()
                 return self.transfer()
         self.prefetch.check()
-        ready = any(b.ready(self.batch_size) for b in self.reader.buffers.values())
+        ready = any(b.full(self.batch_size) for b in self.reader.buffers.values())
         if not self.lock.acquire(blocking=not ready):
             return False
         try:

@@ -32,9 +32,11 @@ def test_three_windows_end_to_end_then_a_rerun_is_idempotent(tmp_path: Path, mon
     from primus_lib.resources import backend_for
     from primus_lib.spec import load_job
 
-    # A finite timer of three windows: the trainer trains a window's last partial minibatch with the
-    # next window's rows, or at the end of the timer; so the service-mode window is the last one.
-    job = make_job(tmp_path / "job", end="2026-11-01T03:00:00Z")
+    # The timer runs on past the three windows: the service-mode window 02:00 is not the last one,
+    # and its run is never followed by 03:00's. The trainer must still finish it on its own (train
+    # the window's last partial minibatch once no next window is available) for its `train` task,
+    # which defers until progress.json lists the window, to succeed.
+    job = make_job(tmp_path / "job", end="2026-11-01T05:00:00Z")
     home = tmp_path / "airflow"
     home.mkdir()
     env = airflow_env(home, job)

@@ -72,7 +72,14 @@ def _gate_run(job, rank: int) -> dict:
     trainer.run()
     feed = trainer.batch_feeds["history"]
     history = trainer.reader.buffers["history"].rows + trainer.reader.served["history"]
-    return {"seq": feed.seq, "done_seq": feed.done_seq, "served": trainer.reader.served, "history": history}
+    consumed = json.loads(JobPaths.for_job(job).progress.read_text())["consumed"] if rank == 0 else {}
+    return {
+        "seq": feed.seq,
+        "done_seq": feed.done_seq,
+        "served": trainer.reader.served,
+        "history": history,
+        "consumed": {k: v["samples"] for k, v in consumed.items() if k.startswith("history/")},
+    }
 
 
 def _worker(rank: int, store: str, spec: str, out: str) -> None:
@@ -129,6 +136,9 @@ def test_two_ranks_stay_identical_and_match_one_process(tiny, tmp_path):
     assert [(g["seq"], g["done_seq"]) for g in gates] == [(1, 1), (1, 1)], gates  # window 00 read, 01 not
     assert gates[0]["served"]["realtime"] > 0 and gates[1]["served"]["realtime"] == 0
     assert gates[0]["history"] + gates[1]["history"] == sizes[0]  # window 00, shared out by shard
+    # 01 may not be read and every rank read all of 00: its remainders went as one partial step
+    assert sizes[0] % 128 and gates[0]["served"]["history"] + gates[1]["served"]["history"] == sizes[0]
+    assert gates[0]["consumed"] == {"history/20261101T000000Z": sizes[0]}
     assert any(not torch.equal(initial[n], r0["model"][n]) for n in initial if "embedding" in n)  # tables trained
 
 

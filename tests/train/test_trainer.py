@@ -54,13 +54,14 @@ def test_batch_window_waits_for_stream_to_pass_window_plus_lag(tiny):
     summary = trainer.run()
     consumed = json.loads(paths.progress.read_text())["consumed"]
     # lag 2h: window 00:00 needs the stream at 02:00 (it is), window 01:00 needs 03:00 (it is not).
-    # Window 00:00 was read; its last partial minibatch waits for more rows (steps are full minibatches).
+    # Window 00:00 was read completely and the next one may not be read: its last partial
+    # minibatch is trained on its own, so the window is consumed without waiting for 01:00.
     feed = trainer.batch_feeds["history"]
     assert feed.done_seq == 1 and feed.position()["seq"] == 1, summary
-    history = trainer.reader.buffers["history"]
-    assert trainer.reader.served["history"] + history.rows == sizes[0]
-    assert trainer.reader.served["history"] == 64 * (sizes[0] // 64)
-    assert not [k for k in consumed if k.startswith("history/")]
+    assert sizes[0] % 64 and trainer.reader.buffers["history"].rows == 0
+    assert trainer.reader.served["history"] == sizes[0]
+    assert [k for k in consumed if k.startswith("history/")] == ["history/20261101T000000Z"]
+    assert consumed["history/20261101T000000Z"]["samples"] == sizes[0]
     stream = sorted(k for k in consumed if k.startswith("realtime/"))
     assert stream[:2] == ["realtime/20261101T000000Z", "realtime/20261101T010000Z"]
     assert registry.get_sample_value("primus_trainer_rows_served_total", {"stream": "realtime"}) > 0
@@ -136,3 +137,40 @@ def test_caught_up_stream_releases_batch_windows_by_the_clock(tiny):
     trainer.run()
     consumed = json.loads(JobPaths.for_job(job).progress.read_text())["consumed"]
     assert [consumed[f"history/20261101T0{h}0000Z"]["samples"] for h in range(6)] == sizes
+
+
+def _steps(log) -> list[tuple[str, list[str]]]:
+    lines = [line.split(" ") for line in log.read_text().splitlines() if line.startswith("step ")]
+    return [(parts[2], parts[3].split(",")) for parts in lines]
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_a_lone_window_completes_without_the_next_one(tmp_path, monkeypatch, prefetch):
+    """A service trainer with an open timer: window 00 (not a multiple of the minibatch) is consumed
+    with a smaller last minibatch while 01 is not committed; 01, committed later, is consumed by a
+    resumed trainer; every sample is trained exactly once."""
+    from tests.train.conftest import make_job
+
+    _, job = make_job(tmp_path, monkeypatch, mode="offline", hours=23)  # timer end far away
+    log = tmp_path / "ids.log"
+    paths = JobPaths.for_job(job)
+    options = TrainerOptions(poll_interval=0.01, idle_exit=1.0, sample_log=log, prefetch=prefetch)
+    first = commit_windows(job, range(1))
+    assert first[0] % 64, first  # the window ends in a partial minibatch
+    trainer = Trainer(job, options)
+    trainer.run()  # no --until-window: it returns only after a second without new data
+    consumed = json.loads(paths.progress.read_text())["consumed"]
+    assert consumed == {"history/20261101T000000Z": consumed["history/20261101T000000Z"]}
+    assert consumed["history/20261101T000000Z"]["samples"] == first[0]
+    assert trainer.reader.buffers["history"].rows == 0 and not trainer.batch_feeds["history"].next_window()
+    sizes = [len(ids) for _, ids in _steps(log)]
+    assert sizes == [64] * (first[0] // 64) + [first[0] % 64]
+
+    second = commit_windows(job, range(1, 3))
+    Trainer(job, options).run()  # resumes; two windows available: full minibatches across them
+    consumed = json.loads(paths.progress.read_text())["consumed"]
+    assert [consumed[f"history/20261101T0{h}0000Z"]["samples"] for h in range(3)] == first + second
+    later = [len(ids) for _, ids in _steps(log)][len(sizes) :]
+    assert later == [64] * (sum(second) // 64) + ([sum(second) % 64] if sum(second) % 64 else [])
+    ids = [i for _, step in _steps(log) for i in step]
+    assert len(ids) == len(set(ids)) == sum(first + second)

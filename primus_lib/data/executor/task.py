@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from primus_lib.data.dtgg.task import DataTask
 from primus_lib.data.sources.files import read_task
+from primus_lib.durable import write_ipc
 from primus_lib.paths import JobPaths
 from primus_lib.spec.job import PrimusJob
 
@@ -69,20 +70,6 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
         timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
         timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
     return TaskOutput(task.id, str(path), table.num_rows, digest)
-
-
-def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
-    """Write an Arrow IPC file (fsynced unless told not to) and return its sha256."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    data = sink.getvalue()
-    with open(path, "wb") as handle:
-        handle.write(data)
-        if fsync:
-            handle.flush()
-            os.fsync(handle.fileno())
-    return hashlib.sha256(data).hexdigest()
 
 
 class StagedOutputCorrupt(RuntimeError):
