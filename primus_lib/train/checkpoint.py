@@ -21,6 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from primus_lib.durable import fsync_path
+
 LATEST = "LATEST"
 
 
@@ -51,9 +53,9 @@ def save_checkpoint(
                     w.write_table(table)
         (staging / "position.json").write_text(json.dumps({"step": step, "pending": files, **position}, indent=1))
         for child in staging.iterdir():
-            _fsync(child)
+            fsync_path(child)
         os.rename(staging, directory / name)
-        _fsync(directory)
+        fsync_path(directory)
         atomic_write(directory / LATEST, name)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -102,11 +104,3 @@ def _prune(directory: Path, keep: int) -> None:
     for path in directory.iterdir():  # staging dirs of a killed writer
         if path.name.startswith(".ckpt-") and path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
