@@ -1,0 +1,280 @@
+"""The DMP-sharded MTRM model with two gloo ranks on the CPU: table_wise places tables on both
+ranks, Algorithm 1's separation holds bit-exactly on every rank, the ``batch`` embedding policy
+keeps stream steps off the tables, a zero-row rank joins a step, the loss falls on learnable
+data, and a DCP checkpoint round-trips into a freshly built sharded model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from primus_lib.spec import load_job
+from primus_lib.train.batch import to_batch
+from primus_lib.train.checkpoint import load_latest, save_checkpoint
+from tests.train.conftest import SPEC
+
+ROWS = 64  # global minibatch; each rank takes half
+KINDS = ["batch", "stream"] * 12
+
+
+def _table(rng: np.random.Generator, rows: int) -> pa.Table:
+    """Learnable rows: the label is a function of item_id parity and the sign of price."""
+    item = rng.integers(0, 40, rows)
+    price = rng.normal(size=rows).astype(np.float32)
+    label = ((item % 2 == 0) ^ (price > 1.0)).astype(np.int64)
+    return pa.table(
+        {
+            "ts": np.arange(rows, dtype=np.int64),
+            "user_id": rng.integers(0, 30, rows),
+            "item_id": item,
+            "category": item % 7,
+            "price": price,
+            "age": rng.normal(size=rows).astype(np.float32),
+            "clicked": label,
+        }
+    )
+
+
+def _dense(params) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in params]
+
+
+def _local_tables(stepper) -> dict[str, torch.Tensor]:
+    """This rank's shards of every table (ShardedTensor local shards)."""
+    out = {}
+    for name, value in stepper.dmp.state_dict().items():
+        if "embedding_bags" in name and hasattr(value, "local_shards"):
+            for k, shard in enumerate(value.local_shards()):
+                out[f"{name}#{k}"] = shard.tensor.detach().clone()
+    return out
+
+
+def _full_state(stepper) -> dict | None:
+    """Rank 0: every table whole (table_wise: a rank's local shard is the table) and the towers."""
+    tables = {}
+    for name, value in stepper.dmp.state_dict().items():
+        if "embedding_bags" in name:
+            shard = value.local_shards()
+            if shard:
+                tables[name] = shard[0].tensor.detach().clone()
+    gathered: list | None = [None, None] if dist.get_rank() == 0 else None
+    dist.gather_object(tables, gathered, dst=0)
+    if gathered is None:
+        return None
+    return {"tables": {k: v for part in gathered for k, v in part.items()}, "dense": _dense(stepper.dense_parameters())}
+
+
+def _eval_loss(stepper, batch, output: str) -> float:
+    probs = torch.from_numpy(stepper.predict(batch, output)).clamp(1e-7, 1 - 1e-7)
+    return float(torch.nn.functional.binary_cross_entropy(probs, batch.labels))
+
+
+def _worker(rank: int, store: str, spec: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        _run(rank, load_job(spec), Path(out))
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(rank: int, job, out: Path) -> None:
+    from primus_lib.train.sharded import ShardedStepper, table_placement
+
+    features = job.spec.features
+    stepper = ShardedStepper(job, embedding_updates="batch")  # stream steps must not touch the tables
+    model = stepper.model
+    report: dict = {"placement": table_placement(stepper.dmp), "violations": [], "table_moves": []}
+    rng = np.random.default_rng(11)  # the same global data on every rank
+    evaluation = to_batch(_table(np.random.default_rng(99), 128).take(list(range(rank, 128, 2))), features)
+    initial = _full_state(stepper)
+    report["before"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
+    for step, kind in enumerate(KINDS):
+        table = _table(rng, ROWS)
+        mine = table.take(list(range(rank, ROWS, 2)))
+        batch = to_batch(mine, features)
+        if step == 3 and rank == 1:
+            batch = None  # a rank with no rows for this step joins with a weight-0 dummy row
+        memory, adapt, tables = (
+            _dense(model.memory_parameters()),
+            _dense(model.adapt_parameters()),
+            _local_tables(stepper),
+        )
+        result = stepper.step_synced(kind, batch, ROWS if step != 3 else ROWS // 2)
+        if (result is None) != (batch is None):
+            report["violations"].append(f"step {step}: result {result} for batch {batch is not None}")
+        untouched, now = (adapt, model.adapt_parameters()) if kind == "batch" else (memory, model.memory_parameters())
+        if not all(torch.equal(a, b) for a, b in zip(untouched, now, strict=True)):
+            report["violations"].append(f"step {step}: {kind} step moved the other tower")
+        moved, moved_now = (memory, model.memory_parameters()) if kind == "batch" else (adapt, model.adapt_parameters())
+        if all(torch.equal(a, b) for a, b in zip(moved, moved_now, strict=True)):
+            report["violations"].append(f"step {step}: {kind} step moved nothing")
+        after = _local_tables(stepper)
+        report["table_moves"].append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
+    report["after"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
+    torch.save({"dense": _dense(stepper.dense_parameters())}, out / f"dense{rank}.pt")
+    final = _full_state(stepper)
+    if rank == 0:
+        torch.save({"initial": initial, "final": final}, out / "states.pt")
+
+    # Checkpoints wired as the trainer would: every rank calls checkpoint_state, rank 0 commits the
+    # reference with save_checkpoint. Step 24's model is never committed (a kill in between).
+    root = out / "checkpoints"
+    stepper.checkpoint_root = root
+    names = []
+    for step in (23, 24, 25):
+        state = stepper.checkpoint_state(step)
+        names.append(Path(state["sharded_model"]).name)
+        if rank == 0 and step != 24:
+            save_checkpoint(root, step, state, {"world_size": 2}, {})
+        dist.barrier()
+    report["models"] = sorted(p.name for p in (root / "sharded").iterdir())
+    report["expected_models"] = sorted([names[0], names[2]])  # the orphan was pruned, the committed kept
+    fresh = ShardedStepper(job, embedding_updates="batch", seed=123, checkpoint_root=root)
+    report["fresh_differs"] = not np.array_equal(
+        fresh.predict(evaluation, "adapt"), stepper.predict(evaluation, "adapt")
+    )
+    latest = load_latest(root)
+    fresh.load_state_dict(latest.state)
+    report["meta_step"] = json.loads((root / latest.state["sharded_model"] / "meta.json").read_text())["step"]
+    report["same_outputs"] = all(
+        np.array_equal(fresh.predict(evaluation, o), stepper.predict(evaluation, o)) for o in ("memory", "adapt")
+    )
+    # Optimizer states came back too: one more step on each model gives the same model.
+    table = _table(rng, ROWS).take(list(range(rank, ROWS, 2)))
+    for s in (stepper, fresh):
+        s.step_synced("batch", to_batch(table, features), ROWS)
+    report["same_after_step"] = all(
+        np.array_equal(fresh.predict(evaluation, o), stepper.predict(evaluation, o)) for o in ("memory", "adapt")
+    ) and all(
+        torch.equal(a, b) for a, b in zip(_local_tables(fresh).values(), _local_tables(stepper).values(), strict=True)
+    )
+    (out / f"report{rank}.json").write_text(json.dumps(report))
+
+
+@pytest.fixture
+def spec_file(tmp_path, monkeypatch) -> str:
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SPEC.format(hours=6, lag=2, mode="mtrm"))
+    return str(path)
+
+
+def test_sharded_two_ranks(spec_file, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out)), nprocs=2, join=True)
+    reports = [json.loads((out / f"report{r}.json").read_text()) for r in range(2)]
+    r0 = reports[0]
+
+    # table_wise: each table whole on one rank, and both ranks hold some table.
+    placement = r0["placement"]
+    assert set(placement) == {"t_user_id", "t_item_id", "t_category"}
+    assert all(kind == "table_wise" and len(ranks) == 1 for shards in placement.values() for kind, ranks in shards)
+    assert {ranks[0] for shards in placement.values() for _, ranks in shards} == {0, 1}
+    assert reports[1]["placement"] == placement
+
+    for report in reports:
+        assert report["violations"] == []
+        # embedding_updates=batch: batch steps move the tables (on the rank that owns a touched row), stream steps never.
+        assert not any(moved for kind, moved in report["table_moves"] if kind == "stream")
+    assert any(moved for r in reports for kind, moved in r["table_moves"] if kind == "batch")
+
+    d0 = torch.load(out / "dense0.pt")["dense"]
+    d1 = torch.load(out / "dense1.pt")["dense"]
+    assert all(torch.equal(a, b) for a, b in zip(d0, d1, strict=True))  # towers identical on both ranks
+
+    for report in reports:  # learnable data: both graphs' held-out loss falls
+        assert report["after"]["memory"] < report["before"]["memory"] - 0.02, report
+        assert report["after"]["adapt"] < report["before"]["adapt"] - 0.02, report
+
+    for report in reports:
+        assert report["models"] == report["expected_models"] and len(report["models"]) == 2
+        assert report["fresh_differs"] and report["meta_step"] == 25
+        assert report["same_outputs"] and report["same_after_step"]
+    _check_matches_one_process(spec_file, out)
+
+    model_dir = out / "checkpoints" / "sharded" / reports[0]["models"][-1]
+    meta = json.loads((model_dir / "meta.json").read_text())
+    assert (
+        meta["world_size"] == 2
+        and meta["mode"] == "mtrm"
+        and meta["plan"] == {t: [list(p) for p in shards] for t, shards in reports[0]["placement"].items()}
+    )
+    assert (model_dir / ".metadata").is_file() and len(list(model_dir.glob("*.distcp"))) == 2  # one file per rank
+    assert not [p for p in (out / "checkpoints" / "sharded").iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def _check_matches_one_process(spec_file: str, out: Path) -> None:
+    """The sharded pair equals one replicated process stepping the union of both halves from the
+    same weights (towers and tables, to 1e-4 after 24 steps: float summation order differs)."""
+    from primus_lib.train.distributed import Group
+    from primus_lib.train.model import ModelOptions
+    from primus_lib.train.steps import Stepper
+
+    job = load_job(spec_file)
+    states = torch.load(out / "states.pt", weights_only=False)
+    single = Stepper(job, options=ModelOptions(replicated=True), embedding_updates="batch")
+    model = single.model
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    # The fused kernel's row-wise Adagrad uses eps 1e-8 (torchrec's RowWiseAdagrad defaults to 1e-10).
+    single.sparse = RowWiseAdagrad(model.embeddings.parameters(), lr=job.spec.training.sparse_learning_rate, eps=1e-8)
+    with torch.no_grad():
+        for param, value in zip(
+            [*model.memory_parameters(), *model.adapt_parameters()], states["initial"]["dense"], strict=True
+        ):
+            param.copy_(value)
+        tables = model.state_dict()
+        assert set(states["initial"]["tables"]) == {k for k in tables if "embedding_bags" in k}
+        for name, value in states["initial"]["tables"].items():
+            tables[name].copy_(value)
+    rng = np.random.default_rng(11)
+    for step, kind in enumerate(KINDS):
+        table = _table(rng, ROWS)
+        if step == 3:
+            table = table.take(list(range(0, ROWS, 2)))  # rank 1 had no rows
+        single.step_synced(kind, to_batch(table, job.spec.features), table.num_rows, Group())
+    final = states["final"]
+    for param, value in zip([*model.memory_parameters(), *model.adapt_parameters()], final["dense"], strict=True):
+        assert torch.allclose(param, value, atol=1e-4), (param - value).abs().max()
+    state = model.state_dict()
+    for name, value in final["tables"].items():
+        assert not torch.equal(value, states["initial"]["tables"][name]), name  # trained
+        assert torch.allclose(state[name], value, atol=1e-4), (name, (state[name] - value).abs().max())
+
+
+def test_sharding_choice_and_types(spec_file, monkeypatch):
+    """``$PRIMUS_SHARDING`` picks the stepper; CUDA-only sharding types are refused on the CPU."""
+    from primus_lib.train.sharded import make_stepper, sharding_types
+    from primus_lib.train.steps import Stepper
+
+    cpu = torch.device("cpu")
+    assert sharding_types(cpu) == ("table_wise",)
+    assert "row_wise" in sharding_types(torch.device("cuda"))
+    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "table_wise,column_wise")
+    assert sharding_types(cpu) == ("table_wise", "column_wise")
+    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "row_wise")
+    with pytest.raises(ValueError, match="need CUDA kernels"):
+        sharding_types(cpu)
+    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "data_parallel")
+    with pytest.raises(ValueError, match="unknown sharding types"):
+        sharding_types(cpu)
+
+    job = load_job(spec_file)
+    monkeypatch.setenv("PRIMUS_SHARDING", "bogus")
+    with pytest.raises(ValueError, match="PRIMUS_SHARDING"):
+        make_stepper(job)
+    monkeypatch.setenv("PRIMUS_SHARDING", "dmp")  # one process: nothing to shard across, the fused Stepper
+    stepper = make_stepper(job)
+    assert type(stepper) is Stepper and not stepper.model.options.replicated
