@@ -104,13 +104,18 @@ class ScalingManager:
         state["oom_seen"] = snapshot.oom_kills
         alloc = self.allocation(state)
         ctx = PolicyContext(now, snapshot, alloc, self._history(state, now, snapshot), new_ooms)
+        loads = {}
         for policy in self.policies:
             if isinstance(policy, HorizontalPolicy):
-                self.metrics.load.labels(self.job.name).set(policy.load(ctx))
+                loads["load"] = round(policy.load(ctx), 4)
+                self.metrics.load.labels(self.job.name).set(loads["load"])
         decision = self._choose(ctx, state, now)
         if decision is not None:
             self.actuator.apply(decision)
             self._record(decision, alloc, state, now)
+        else:  # a hold is a decision too: log what it was made from
+            inputs = {**snapshot.to_dict(), **loads, "replicas": alloc.replicas, "allocated_cpu": alloc.cpu}
+            log.info("scaling %s: %s hold, inputs %s", self.job.name, self.role, json.dumps(inputs, sort_keys=True))
         self.store.save(state)
         return decision
 

@@ -138,8 +138,16 @@ class DataParallel:
     def loop(self) -> None:
         t, options = self.t, self.t.options
         idle_since = time.monotonic()
+        im = t.input_metrics
+        began = fed = time.perf_counter()
+        stepped = full = False
         while True:
+            if im is not None:  # the previous iteration, then this one's start
+                im.end(began, fed, stepped, full)
+                began, full = im.begin(), im.queues_full()
             arrived = t.fill()
+            fed = time.perf_counter()
+            stepped = False
             if arrived:
                 idle_since = time.monotonic()
             idle = options.idle_exit is not None and time.monotonic() - idle_since > options.idle_exit
@@ -154,6 +162,7 @@ class DataParallel:
                 break
             if chosen is not None:
                 self.train_one(chosen, rows)
+                stepped = True
                 idle_since = time.monotonic()
                 if t.step_delay:
                     time.sleep(t.step_delay)
@@ -193,6 +202,8 @@ class DataParallel:
                 "horizons": {n: t.stream_horizon(n) for n in t.stream_feeds},
             }
         gathered = self.group.gather(mine)
+        # sharded tables: every rank writes its shards (torch.distributed.checkpoint) first
+        sharded_state = t.stepper.checkpoint_state(t.step) if getattr(t.stepper, "sharded", False) else None
         reply: dict = {"error": None, "merged": []}
         if self.group.rank == 0:
             try:
@@ -208,7 +219,8 @@ class DataParallel:
                     for r, g in enumerate(gathered)
                     for name, raw in g["pending"].items()
                 }
-                save_checkpoint(t.paths.checkpoints, t.step, t.stepper.state_dict(), position, pending)
+                state = sharded_state if sharded_state is not None else t.stepper.state_dict()
+                save_checkpoint(t.paths.checkpoints, t.step, state, position, pending)
             except Exception as exc:  # every rank must learn it, or they wait forever
                 reply["error"] = f"{type(exc).__name__}: {exc}"
         reply = self.group.broadcast(reply)
@@ -225,6 +237,7 @@ class DataParallel:
         if self.group.rank == 0:
             streams = {n: [p for g in gathered for p in g["position"]["stream"][n]] for n in t.stream_feeds}
             atomic_write(t.paths.progress, progress_document(self.global_consumed, t.step, streams, t.mode))
+        t.publish_metrics()
 
     def _merge(self, gathered: list[dict]) -> list[str]:
         """Windows every rank is finished with: statistics summed into ``global_consumed``.

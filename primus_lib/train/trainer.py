@@ -47,11 +47,10 @@ from primus_lib.train.batch import to_batch
 from primus_lib.train.checkpoint import atomic_write, load_latest, save_checkpoint
 from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed, StreamFeed
 from primus_lib.train.metrics import WindowStats
-from primus_lib.train.model import ModelOptions
 from primus_lib.train.priority import Buffer, PriorityReader
 from primus_lib.train.progress import progress_document
 from primus_lib.train.ranks import open_rank_stream_readers
-from primus_lib.train.steps import Stepper
+from primus_lib.train.sharded import make_stepper
 
 log = logging.getLogger("primus.trainer")
 
@@ -104,10 +103,10 @@ class Trainer:
         self.batch_size = spec.training.batch_size
         self.window_ms = int(spec.timer.window_size.total_seconds() * 1000)
         rank, size = self.group.rank, self.group.size
-        self.stepper = Stepper(
-            job, mode=self.mode, options=ModelOptions(replicated=True) if self.group.active else None
-        )
-        self.group.broadcast_params(self.stepper.model)
+        # $PRIMUS_SHARDING=dmp under torchrun: tables sharded by TorchRec DMP (sharded.py)
+        self.stepper = make_stepper(job, mode=self.mode, group=self.group)
+        if not getattr(self.stepper, "sharded", False):  # the sharded stepper syncs its towers itself
+            self.group.broadcast_params(self.stepper.model)
         self.registry = registry or CollectorRegistry()
         self.id_column = spec.features.id or (job_keys_first(job))
         switch = options.switch_at or default_switch(job)
@@ -159,6 +158,7 @@ class Trainer:
             self.sample_log = self.sample_log.with_name(f"{self.sample_log.name}.rank{rank}")
         self.unmerged: dict[str, dict] = {}  # data-parallel: this rank's raw stats of windows it finished
         self.dp = DataParallel(self) if self.group.active else None
+        self.input_metrics = open_input_metrics(self)  # the scaler's trainer signals (input_metrics.py)
         self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
         self.until_ms = int(parse_window_id(options.until_window).timestamp() * 1000) if options.until_window else None
 
@@ -315,6 +315,8 @@ class Trainer:
     def _account(self, buffer: Buffer, rows, batch, result) -> None:
         """Per-window statistics, window completion and the sample log of one trained minibatch."""
         labels = batch.labels.numpy()
+        if self.input_metrics is not None:
+            self.input_metrics.add_samples(len(labels))
         if buffer.kind == "batch":
             seqs = rows.column(SEQ_COLUMN).to_numpy()
             for seq in set(seqs.tolist()):
@@ -418,6 +420,12 @@ class Trainer:
         with self.lock:  # the feeds' cursors and every row they produced, together
             self.transfer()
             self._checkpoint()
+        self.publish_metrics()
+
+    def publish_metrics(self) -> None:
+        """Snapshot the input metrics now (checkpoints, the end of a run)."""
+        if self.input_metrics is not None:
+            self.input_metrics.publish()
 
     def position(self) -> dict:
         """This trainer's data position (caller holds ``self.lock``)."""
@@ -465,6 +473,7 @@ class Trainer:
             if self.prefetch is not None:
                 self.prefetch.stop()
         (dp.checkpoint if dp else self.checkpoint)()
+        self.publish_metrics()
         for feeds in self.stream_feeds.values():
             for feed in feeds:
                 feed.reader.close()
@@ -479,12 +488,19 @@ class Trainer:
     def _loop(self) -> None:
         idle_since = time.monotonic()
         options = self.options
+        im = self.input_metrics
+        began = fed = time.perf_counter()
+        trained = full = False
         while True:
+            if im is not None:  # the previous iteration, then this one's start
+                im.end(began, fed, trained, full)
+                began, full = im.begin(), im.queues_full()
             if options.max_steps is not None and self.step >= options.max_steps:
                 break
             if self._until_reached():
                 break
             arrived = self.fill()
+            fed = time.perf_counter()
             trained = self.train_one()
             if arrived or trained:
                 idle_since = time.monotonic()
@@ -558,6 +574,17 @@ class Prefetcher:
         self.stopping.set()
         self.thread.join(timeout=30)
         self.check()
+
+
+def open_input_metrics(trainer: Trainer):
+    """The trainer's InputMetrics, or None when they cannot be set up (metrics never stop training)."""
+    try:
+        from primus_lib.train.input_metrics import InputMetrics
+
+        return InputMetrics(trainer)
+    except Exception as exc:  # metrics never stop training
+        log.warning("trainer metrics disabled: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:

@@ -171,7 +171,9 @@ def _wait_gone(pids: list[int]) -> None:
             time.sleep(0.05)
 
 
-def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path):
+@pytest.mark.parametrize("sharding", ["replicate", "dmp"])
+def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path, sharding):
+    """Replicated tables, and tables sharded by TorchRec DistributedModelParallel (table-wise on gloo)."""
     spec, job = tiny
     spec.write_text(spec.read_text().replace("batch_size: 64", "batch_size: 16"))
     sizes = commit_windows(job, range(6))
@@ -182,6 +184,7 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
         "PRIMUS_TRAIN_STEP_DELAY": "0.05",
         "OMP_NUM_THREADS": "1",
         "PRIMUS_DIST_TIMEOUT": "120",
+        "PRIMUS_SHARDING": sharding,
     }
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd = [
@@ -253,6 +256,11 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
     assert sum(stream.values()) == len(events)
     assert all(0.0 <= v["auc"] <= 1.0 and v["logloss"] > 0 for v in windows.values())
     assert len(progress["stream_position"]["realtime"]) == 2  # one replay share per rank
+    sharded = JobPaths.for_job(job).checkpoints / "sharded"
+    if sharding == "dmp":  # the model state went through torch.distributed.checkpoint, one file per rank
+        assert sorted(p.name for p in next(sharded.iterdir()).glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    else:
+        assert not sharded.exists()
 
     # A two-rank checkpoint is not resumed by a different world size (each rank's cursors follow its share).
     single = subprocess.run(

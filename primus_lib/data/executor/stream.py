@@ -52,11 +52,14 @@ class StreamGroup:
         ledger: TaskLedger | None = None,
         stream: str = "stream",
         executor_ids: list[str] | None = None,
+        metrics: list | None = None,
     ):
         if mode not in ("forward", "rebalance"):
             raise ValueError(f"stream loading mode must be 'forward' or 'rebalance', got {mode!r}")
         if not buffers:
             raise ValueError("at least one executor buffer is needed")
+        if metrics is not None and len(metrics) != len(buffers):
+            raise ValueError(f"metrics: expected one ExecutorMetrics per buffer ({len(buffers)}), got {len(metrics)}")
         self.readers, self.buffers, self.mode = readers, buffers, mode
         self.poll_rows, self.poll_timeout = poll_rows, poll_timeout
         self.transform = transform
@@ -67,6 +70,7 @@ class StreamGroup:
         self.delivered = [0] * len(buffers)
         self.ledger, self.stream = ledger, stream
         self.executor_ids = executor_ids or [f"{stream}-executor-{i}" for i in range(len(buffers))]
+        self.metrics = metrics  # one primus_lib.metrics.ExecutorMetrics per buffer: its fill for the scaler
         self._stop = threading.Event()
         self._lock = threading.Lock()  # exchange hand-offs vs safe_position()
         self._inflight: dict[int, tuple[list[str], object]] = {}
@@ -110,6 +114,7 @@ class StreamGroup:
                         if self._stop.is_set():
                             return
                     self.delivered[self.assignment[name]] += batch.num_rows
+                    self.observe_buffer(self.assignment[name])
                 else:
                     while not self._stop.is_set():
                         try:
@@ -146,6 +151,18 @@ class StreamGroup:
                 with self._lock:
                     self._inflight.pop(index, None)
             self.delivered[index] += batch.num_rows
+            self.observe_buffer(index)
+
+    def observe_buffer(self, index: int) -> None:
+        """Set executor ``index``'s buffer-fill gauge (once per delivered batch, not per row; the
+        trainers' pops show at the next one, or call it from a reporting loop)."""
+        if self.metrics is None:
+            return
+        try:
+            buffer = self.buffers[index]
+            self.metrics[index].observe_buffer(buffer.utilisation, 1.0)
+        except Exception:  # metrics never stop a runner
+            return
 
     def safe_position(self) -> dict[str, int]:
         """Per partition, the offset below which every fetched row was popped by a trainer."""

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from primus_lib.data.dtgg.task import DataTask
+from primus_lib.data.executor.metrics import TaskMetrics
 from primus_lib.data.sources.files import read_task
 from primus_lib.durable import write_ipc
 from primus_lib.paths import JobPaths
@@ -56,6 +57,7 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     path = staging_path(job, task)
     if path.exists():
         return _describe(task.id, path)
+    report = TaskMetrics.start(job, task.id)  # the scaler's inputs (executor/metrics.py)
     began = time.perf_counter()
     table = read_task(job, task).combine_chunks()
     read = time.perf_counter()
@@ -69,6 +71,8 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     if timings is not None:
         timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
         timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
+    if report is not None:
+        report.finish(table.num_rows)
     return TaskOutput(task.id, str(path), table.num_rows, digest)
 
 

@@ -1,0 +1,72 @@
+"""A batch data task's report to the Dynamic Scaling Manager (the embedded default's executors are
+the mapped Airflow tasks, one short process each): CPU and memory of the task against the role's
+allocation, rows produced, and the fill of the batch "buffer" the executors feed: windows produced
+but not yet trained. One snapshot per task, written when it ends, named by the task id so
+concurrent tasks do not clobber each other; snapshots past the readers' age are pruned. Any
+failure here is logged and ignored: metrics never fail a data task."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from prometheus_client import CollectorRegistry
+
+from primus_lib.metrics.instruments import ExecutorMetrics, write_snapshot
+from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name
+from primus_lib.paths import JobPaths
+from primus_lib.spec.job import PrimusJob
+
+ROLE = "data_executor"
+WINDOWS_AHEAD_ENV = "PRIMUS_MAX_ACTIVE_RUNS"  # the DAG's max_active_runs: windows in flight at once
+DEFAULT_WINDOWS_AHEAD = 3
+
+
+def batch_backlog(job: PrimusJob) -> float:
+    """Committed batch windows the trainer has not consumed yet, over the windows the pipeline may
+    run ahead (0: the trainer has everything the executors made; 1: a full pipeline waits)."""
+    paths = JobPaths.for_job(job)
+    streams = {s.name for s in job.batch_streams}
+    if not streams or not paths.ledger.exists():
+        return 0.0
+    from primus_lib.data.training_queue import TrainingQueue
+
+    queued = {f"{w.stream}/{w.window}" for w in TrainingQueue(paths.ledger).windows() if w.stream in streams}
+    consumed: dict = {}
+    if paths.progress.exists():
+        consumed = json.loads(paths.progress.read_text(encoding="utf-8")).get("consumed", {})
+    waiting = len(queued - set(consumed))
+    ahead = int(os.environ.get(WINDOWS_AHEAD_ENV, DEFAULT_WINDOWS_AHEAD)) * len(streams)
+    return min(1.0, waiting / max(1, ahead))
+
+
+class TaskMetrics:
+    """Started with the task (psutil measures CPU from here), finished with its row count."""
+
+    def __init__(self, job: PrimusJob, task_id: str) -> None:
+        from primus_lib.scaling.store import role_resources
+
+        self.job, self.task_id = job, task_id
+        cpu, memory = role_resources(job, ROLE)
+        self.registry = CollectorRegistry()
+        self.metrics = ExecutorMetrics(job.name, task_id, cpu, memory, role=ROLE, registry=self.registry)
+
+    @classmethod
+    def start(cls, job: PrimusJob, task_id: str) -> TaskMetrics | None:
+        """None when the job has no batch data-executor role or the metrics cannot be set up."""
+        if ROLE not in job.spec.resources.roles:
+            return None
+        made: list[TaskMetrics] = []
+        guarded("data task metrics", lambda: made.append(cls(job, task_id)))
+        return made[0] if made else None
+
+    def finish(self, rows: int) -> None:
+        guarded(f"data task {self.task_id} metrics", lambda: self._finish(rows))
+
+    def _finish(self, rows: int) -> None:
+        self.metrics.observe_process()
+        self.metrics.add_samples(rows)
+        self.metrics.observe_buffer(batch_backlog(self.job), 1.0)
+        directory = JobPaths.for_job(self.job).metrics_dir
+        write_snapshot(directory, snapshot_name(ROLE, self.task_id), self.registry)
+        prune_stale(directory)

@@ -1,0 +1,95 @@
+"""How executors and trainers report on the embedded default: snapshots written at most every few
+seconds (never per row), old snapshots pruned, an optional /metrics endpoint, and no metrics
+failure ever reaching the training or data task that reports (metrics are advisory)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from primus_lib.metrics.instruments import serve, write_snapshot
+
+log = logging.getLogger("primus.metrics")
+
+PORT_ENV = "PRIMUS_METRICS_PORT"  # also serve /metrics on 127.0.0.1:<port + offset>
+SNAPSHOT_EVERY_SECONDS = 5.0
+STALE_SECONDS = 300.0  # TextfileReader's default: older snapshots are a dead worker's last words
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def snapshot_name(*parts: object) -> str:
+    """A file-name-safe snapshot name (task ids carry '/' and ':')."""
+    return _UNSAFE.sub("_", "-".join(str(p) for p in parts))[:200]
+
+
+def guarded(what: str, fn: Callable[[], object]) -> None:
+    """Run ``fn``; a failure is logged (once per message) and swallowed."""
+    try:
+        fn()
+    except Exception as exc:  # metrics must never break the work they describe
+        message = f"{type(exc).__name__}: {exc}"
+        if message not in _warned:
+            _warned.add(message)
+            log.warning("metrics: %s failed (%s); continuing without", what, message)
+
+
+_warned: set[str] = set()
+
+
+def prune_stale(directory: Path, max_age: float = 2 * STALE_SECONDS) -> int:
+    """Remove snapshots older than ``max_age`` (the readers ignore them anyway); returns how many."""
+    removed, now = 0, time.time()
+    for path in Path(directory).glob("*.prom"):
+        try:
+            if now - path.stat().st_mtime > max_age:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+class SnapshotWriter:
+    """Writes ``registry`` to ``directory/<name>.prom`` at most once per ``every`` seconds."""
+
+    def __init__(self, directory: Path, name: str, registry: CollectorRegistry,
+                 every: float = SNAPSHOT_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.directory, self.name, self.registry = Path(directory), name, registry
+        self.every, self.clock = every, clock
+        self.last = float("-inf")
+
+    def due(self) -> bool:
+        return self.clock() - self.last >= self.every
+
+    def write(self) -> None:
+        """Write now (atomically: prometheus-client writes a temp file and renames it)."""
+        self.last = self.clock()
+        guarded(f"snapshot {self.name}", lambda: write_snapshot(self.directory, self.name, self.registry))
+
+    def maybe_write(self) -> bool:
+        if not self.due():
+            return False
+        self.write()
+        return True
+
+
+def serve_from_env(registry: CollectorRegistry, offset: int = 0) -> int | None:
+    """Serve ``registry`` on 127.0.0.1:<$PRIMUS_METRICS_PORT + offset> when the variable is set
+    (ranks on one host pass their local rank as offset); returns the port, None when not served."""
+    raw = os.environ.get(PORT_ENV)
+    if not raw:
+        return None
+    try:
+        port = int(raw) + offset
+        serve(port, registry=registry)
+    except Exception as exc:  # a taken port must not stop training
+        log.warning("metrics: cannot serve on 127.0.0.1:%s+%d (%s=%r): %s", raw, offset, PORT_ENV, raw, exc)
+        return None
+    log.info("metrics: serving /metrics on 127.0.0.1:%d", port)
+    return port

@@ -1,0 +1,76 @@
+"""The trainer's input signals for the Dynamic Scaling Manager: the share of loop time spent
+waiting for data (starved: more data executors would help) and the share during which its
+read-ahead queues were full (back-pressure: the trainer is the bottleneck, adding executors
+would not help). Accumulated per loop iteration (a few float additions), published as
+``TrainerMetrics`` and snapshotted into the job's metrics dir every few seconds and at
+checkpoints; any metrics failure is logged and ignored."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from primus_lib.metrics.instruments import TrainerMetrics
+from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
+
+if TYPE_CHECKING:
+    from primus_lib.train.trainer import Trainer
+
+
+class InputMetrics:
+    """One trainer rank's starved / back-pressure ratios over each reporting interval."""
+
+    def __init__(self, trainer: Trainer, every: float | None = None) -> None:
+        self.trainer = trainer
+        rank = trainer.group.rank
+        self.metrics = TrainerMetrics(trainer.job.name, str(rank), registry=trainer.registry)
+        kwargs = {"every": every} if every is not None else {}
+        self.writer = SnapshotWriter(trainer.paths.metrics_dir, snapshot_name("trainer", rank), trainer.registry,
+                                     **kwargs)  # fmt: skip
+        self.high = trainer.options.high_water * trainer.batch_size
+        self.wait = self.total = self.full = 0.0
+        self.started = time.perf_counter()
+        serve_from_env(trainer.registry, offset=_local_rank())
+
+    def begin(self) -> float:
+        """Start of a loop iteration; returns its start time."""
+        self.started = time.perf_counter()
+        return self.started
+
+    def queues_full(self) -> bool:
+        """Every buffer that can still receive rows holds its read-ahead (high water): the feeds
+        may read no more, so whoever produces the data waits on the trainer."""
+        t = self.trainer
+        live = [name for name, buffer in t.reader.buffers.items() if not buffer.exhausted]
+        return bool(live) and all(t.staging[n].rows + t.reader.buffers[n].rows >= self.high for n in live)
+
+    def end(self, began: float, fed: float, trained: bool, full: bool) -> None:
+        """End of a loop iteration that began at ``began`` and finished bringing data in at ``fed``.
+        Time before ``fed`` is input wait when a step followed; a whole iteration without a step is."""
+        now = time.perf_counter()
+        total = now - began
+        self.total += total
+        self.wait += (fed - began) if trained else total
+        if full:
+            self.full += total
+        if self.writer.due():
+            self.publish()
+
+    def add_samples(self, rows: int) -> None:
+        self.metrics.samples.inc(rows)
+
+    def publish(self) -> None:
+        """Set the gauges from the interval's sums, reset them, write the snapshot."""
+        if self.total > 0:
+            wait, total, full = self.wait, self.total, self.full
+            guarded("trainer gauges", lambda: self.metrics.observe_step(wait, total, full))
+        self.wait = self.total = self.full = 0.0
+        self.writer.write()
+
+
+def _local_rank() -> int:
+    try:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        return 0

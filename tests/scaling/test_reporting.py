@@ -1,0 +1,53 @@
+"""The embedded default's reporting helpers: throttled snapshots, pruning, the optional endpoint."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+
+from primus_lib.metrics.instruments import TrainerMetrics
+from primus_lib.metrics.reporting import SnapshotWriter, prune_stale, serve_from_env, snapshot_name
+from tests.fixtures._proc import free_port
+
+
+def test_snapshots_are_throttled_and_names_are_file_safe(tmp_path):
+    registry = CollectorRegistry()
+    metrics = TrainerMetrics("job", "0", registry=registry)
+    now = [100.0]
+    writer = SnapshotWriter(tmp_path, snapshot_name("data_executor", "history/2026:x"), registry, every=5.0,
+                            clock=lambda: now[0])  # fmt: skip
+    assert writer.maybe_write()
+    (path,) = tmp_path.glob("*.prom")
+    assert path.name == "data_executor-history_2026_x.prom"
+    metrics.observe_step(1.0, 4.0)
+    now[0] += 4.9
+    assert not writer.maybe_write()  # within the interval: the file keeps the old value
+    assert "primus_trainer_starved_ratio" in path.read_text() and " 0.25" not in path.read_text()
+    now[0] += 0.1
+    assert writer.maybe_write()
+    assert 'primus_trainer_starved_ratio{primus_job="job",role="trainer",worker="0"} 0.25' in path.read_text()
+
+
+def test_prune_removes_only_old_snapshots(tmp_path):
+    old, fresh = tmp_path / "old.prom", tmp_path / "fresh.prom"
+    old.write_text("")
+    fresh.write_text("")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    assert prune_stale(tmp_path, max_age=600) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.prom"]
+
+
+def test_serve_from_env(monkeypatch):
+    registry = CollectorRegistry()
+    TrainerMetrics("job", "0", registry=registry).observe_step(0.5, 1.0)
+    monkeypatch.delenv("PRIMUS_METRICS_PORT", raising=False)
+    assert serve_from_env(registry) is None
+    port = free_port()
+    monkeypatch.setenv("PRIMUS_METRICS_PORT", str(port))
+    assert serve_from_env(registry) == port
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'primus_trainer_starved_ratio{primus_job="job",role="trainer",worker="0"} 0.5' in body
+    assert serve_from_env(registry) is None  # the port is taken: logged, not raised
