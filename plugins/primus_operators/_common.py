@@ -30,13 +30,24 @@ def utc(value: Any) -> datetime:
     return datetime.fromtimestamp(value.timestamp(), tz=UTC)
 
 
-def window_of(context: Any) -> datetime:
-    """Start of the run's window: the ``window_start`` param of a manual run, else the data interval start."""
+def window_of(context: Any, job: PrimusJob | None = None) -> datetime:
+    """Start of the run's window: the ``window_start`` param of a manual run, else the data interval start.
+
+    With ``job``, a start that is not on one of the job's window boundaries is refused.
+    """
     params = context.get("params") or {}
     start = params.get("window_start") or context.get("data_interval_start") or context.get("logical_date")
     if start is None:
         raise ValueError("this DAG run has no data interval: trigger it with a logical date inside a window")
-    return utc(start)
+    start = utc(start)
+    if job is not None:
+        timer = job.spec.timer
+        if (start - timer.start) % timer.window_size:
+            raise ValueError(
+                f"window_start: expected the start of a {timer.window} window of job {job.name} "
+                f"(from {timer.start:%Y-%m-%dT%H:%M:%SZ}), found {start:%Y-%m-%dT%H:%M:%SZ}"
+            )
+    return start
 
 
 def pool_name(job_name: str) -> str:

@@ -38,8 +38,9 @@ def _timer(job: PrimusJob) -> Iterator[Problem]:
     timer = job.spec.timer
     if timer.end is not None and timer.end <= timer.start:
         yield Problem("spec.timer.end", f"an instant after start ({_iso(timer.start)})", _iso(timer.end))
-    if (timer.start.timestamp() % timer.window_size.total_seconds()) != 0:
-        yield Problem("spec.timer.start", f"an instant on a {timer.window} boundary (UTC)", _iso(timer.start))
+    for name, instant in (("start", timer.start), ("end", timer.end)):
+        if instant is not None and instant.timestamp() % timer.window_size.total_seconds() != 0:
+            yield Problem(f"spec.timer.{name}", f"an instant on a {timer.window} boundary (UTC)", _iso(instant))
 
 
 def _streams(job: PrimusJob) -> Iterator[Problem]:

@@ -160,3 +160,30 @@ def test_timestamp_startup_begins_at_the_first_message_at_or_after_it(kafka_brok
     finally:
         reader.close()
     assert rows == [e["request_id"] for e in events[12:]]
+
+
+def test_connection_settings_from_airflow_reach_the_consumer(kafka_broker, tmp_path, monkeypatch):
+    """The Airflow hooks export a Kafka connection as PRIMUS_KAFKA_CONFIG_<STREAM>_<SOURCE>;
+    here the spec names a dead address and only the connection's bootstrap list is right."""
+    from primus_lib.data.sources.kafka import client_config, connection_env_key
+
+    topic = kafka_broker.new_topic(partitions=1)
+    events = _events(5)
+    kafka_broker.produce(topic, _values(events), partition=0)
+    job = _job(tmp_path, kafka_broker, topic, startup="earliest", bootstrap_servers="127.0.0.1:1")
+    stream = job.stream("realtime")
+    source = stream.sources[0]
+    key = connection_env_key(stream, source)
+    assert key == "PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS"
+    monkeypatch.setenv(key, json.dumps({"bootstrap.servers": kafka_broker.bootstrap, "client.id": "from-conn"}))
+    assert client_config(stream, source)["client.id"] == "from-conn"
+    readers = open_partitions(job, stream, source)
+    try:
+        (reader,) = readers.values()
+        assert sorted(_drain(reader, 5)) == sorted(e["request_id"] for e in events)
+    finally:
+        for reader in readers.values():
+            reader.close()
+    monkeypatch.setenv(key, "not json")
+    with pytest.raises(ValueError, match="PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS: expected a JSON object"):
+        client_config(stream, source)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def job_connection_env(job: PrimusJob) -> dict[str, str]:
     """Env for every ``connection_id`` the spec names (storage per source, Kafka per stream source)."""
+    from primus_lib.data.sources.kafka import connection_env_key
     from primus_operators.hooks.kafka import PrimusKafkaHook
     from primus_operators.hooks.storage import PrimusStorageHook
 
@@ -26,7 +27,7 @@ def job_connection_env(job: PrimusJob) -> dict[str, str]:
                 _merge(env, owners, PrimusStorageHook(source.connection_id).env(), f"{where}.connection_id")
             if source.kafka is not None and source.kafka.connection_id:
                 config = PrimusKafkaHook(source.kafka.connection_id).client_config()
-                key = f"PRIMUS_KAFKA_CONFIG_{stream.name.upper().replace('-', '_')}_{source.name.upper().replace('-', '_')}"
+                key = connection_env_key(stream, source)  # read back by the data plane's Kafka clients
                 _merge(env, owners, {key: json.dumps(config, sort_keys=True)}, f"{where}.kafka.connection_id")
     return env
 

@@ -60,7 +60,7 @@ class PrimusDataSourceOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict]:
         job = load_spec(self.spec_path)
         with connection_env(job):  # the storage's credentials, from the spec's connection_id
-            return self._wait_and_plan(job, window_of(context))
+            return self._wait_and_plan(job, window_of(context, job))
 
     def _wait_and_plan(self, job: PrimusJob, start: datetime) -> list[dict]:
         ready, where = readiness(job, self.stream, self.source, start)
@@ -94,7 +94,7 @@ class PrimusDataSourceOperator(BaseOperator):
         self.log.info("%s", event.get("message"))
         job = load_spec(self.spec_path)
         with connection_env(job):
-            return self._plan(job, window_of(context))
+            return self._plan(job, window_of(context, job))
 
     def _plan(self, job: PrimusJob, start: datetime) -> list[dict]:
         from primus_lib.data import dtgg

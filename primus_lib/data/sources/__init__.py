@@ -45,16 +45,17 @@ def open_partitions(
         return {f"replay/{source_spec.name}": open_stream(job, stream_spec, source_spec)}
     from confluent_kafka import Consumer
 
-    from primus_lib.data.sources.kafka import partition_key
+    from primus_lib.data.sources.kafka import client_config, partition_key
 
     topic = source_spec.kafka.topic
-    probe = Consumer({"bootstrap.servers": source_spec.kafka.bootstrap_servers, "group.id": "primus-probe"})
+    client = client_config(stream_spec, source_spec)
+    probe = Consumer({**client, "group.id": "primus-probe"})
     try:
         meta = probe.list_topics(topic, timeout=10).topics.get(topic)
     finally:
         probe.close()
     if meta is None or meta.error is not None or not meta.partitions:
-        raise ValueError(f"topic {topic!r} not found at {source_spec.kafka.bootstrap_servers}")
+        raise ValueError(f"topic {topic!r} not found at {client['bootstrap.servers']}")
     return {
         partition_key(topic, p): open_stream(job, stream_spec, source_spec, group_id=group_id, partitions=[p])
         for p in sorted(meta.partitions)

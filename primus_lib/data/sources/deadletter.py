@@ -69,7 +69,7 @@ class KafkaDeadLetters(DeadLetters):
         from confluent_kafka import Producer
 
         self.topic = topic
-        _ensure_topic(bootstrap, topic)
+        _ensure_topic(bootstrap, topic, options)
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **(options or {})})
         self._errors: list[str] = []
 
@@ -88,10 +88,10 @@ class KafkaDeadLetters(DeadLetters):
             raise RuntimeError(f"dead-letter topic {self.topic}: {left} undelivered, errors {self._errors[:3]}")
 
 
-def _ensure_topic(bootstrap: str, topic: str) -> None:
+def _ensure_topic(bootstrap: str, topic: str, options: dict | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**(options or {}), "bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=10).topics:
         return
     for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():

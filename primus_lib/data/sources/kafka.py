@@ -9,6 +9,9 @@ messages go to ``<topic>.dlq`` with the reason in a header and are counted.
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
@@ -19,6 +22,30 @@ from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
+
+
+def connection_env_key(stream: StreamSpec, source: SourceSpec) -> str:
+    """The variable the Airflow hooks fill from ``kafka.connection_id`` (JSON librdkafka settings)."""
+    name = f"{stream.name}_{source.name}".upper().replace("-", "_")
+    return f"PRIMUS_KAFKA_CONFIG_{name}"
+
+
+def client_config(stream: StreamSpec, source: SourceSpec) -> dict[str, str]:
+    """librdkafka settings of a source: the spec's bootstrap servers, then the connection's
+    settings (credentials, and its own bootstrap list if it names one), then ``kafka.options``."""
+    assert source.kafka is not None
+    config: dict[str, str] = {"bootstrap.servers": source.kafka.bootstrap_servers}
+    raw = os.environ.get(connection_env_key(stream, source))
+    if raw:
+        try:
+            from_connection = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"${connection_env_key(stream, source)}: expected a JSON object, found {raw[:40]!r}"
+            ) from exc
+        config.update({str(k): str(v) for k, v in from_connection.items()})
+    config.update(source.kafka.options)
+    return config
 
 
 def partition_key(topic: str, partition: int) -> str:
@@ -45,8 +72,10 @@ class KafkaStreamReader(StreamReader):
         self.job, self.stream, self.source, self.spec = job, stream, source, source.kafka
         self.topic = self.spec.topic
         self.group_id = group_id or self.spec.group_id or default_group(job, stream)
+        client = client_config(stream, source)
+        self.bootstrap = client["bootstrap.servers"]
         config = {
-            "bootstrap.servers": self.spec.bootstrap_servers,
+            **client,
             "group.id": self.group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -54,22 +83,24 @@ class KafkaStreamReader(StreamReader):
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500,
             "fetch.wait.max.ms": 100,
-            **self.spec.options,
+            **self.spec.options,  # the job's explicit settings win over the defaults above
         }
         self.consumer = Consumer(config)
-        self.partitions = sorted(partitions) if partitions is not None else self._all_partitions()
-        self.dead_letters = dead_letters or KafkaDeadLetters(self.spec.bootstrap_servers, f"{self.topic}.dlq")
         self.malformed = 0
         self._next: dict[str, int] = {}
         self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
-        self.consumer.assign(self._start_offsets())
+        try:
+            self.partitions = sorted(partitions) if partitions is not None else self._all_partitions()
+            self.dead_letters = dead_letters or KafkaDeadLetters(self.bootstrap, f"{self.topic}.dlq", client)
+            self.consumer.assign(self._start_offsets())
+        except BaseException:  # a reader that failed to open must not leave its consumer behind
+            self.consumer.close()
+            raise
 
     def _all_partitions(self) -> list[int]:
         meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
         if meta is None or meta.error is not None or not meta.partitions:
-            raise KafkaException(
-                f"topic {self.topic!r} not found at {self.spec.bootstrap_servers} ({getattr(meta, 'error', None)})"
-            )
+            raise KafkaException(f"topic {self.topic!r} not found at {self.bootstrap} ({getattr(meta, 'error', None)})")
         return sorted(meta.partitions)
 
     def _start_offsets(self) -> list[TopicPartition]:
