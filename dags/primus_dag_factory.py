@@ -72,9 +72,13 @@ def sync_stubs(dags_folder: Path = HERE, folder: Path | None = None) -> list[Pat
         if target.exists() and target.read_text(encoding="utf-8") == text:
             continue
         fd, tmp = tempfile.mkstemp(dir=stubs_dir, prefix=".stub-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, target)
+        except BaseException:  # a failed write leaves no temp file behind in the DAGs folder
+            os.unlink(tmp)
+            raise
     for existing in stubs_dir.glob("*.py"):
         if existing.name not in wanted and existing.read_text(encoding="utf-8").startswith(STUB_MARK):
             existing.unlink()

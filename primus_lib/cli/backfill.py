@@ -17,8 +17,10 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from primus_lib.cli.datagen import parse_utc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,14 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wait", action="store_true", help="(API) wait until every run finished; exit 1 if one failed")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
     parser.set_defaults(handler=run)
-
-
-def parse_utc(text: str, flag: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{flag}: expected an ISO instant such as 2026-11-01T00:00Z, found {text!r}") from None
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def _iso(when: datetime) -> str:

@@ -67,12 +67,9 @@ def run(args: argparse.Namespace) -> int:
 def _instant(text: str | None, flag: str):
     if text is None:
         return None
-    from datetime import UTC, datetime
+    from primus_lib.cli.datagen import parse_utc
 
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SystemExit(
-            f"primus plan: {flag} {text!r}: expected an ISO-8601 instant such as 2026-11-01T00:00:00Z"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return parse_utc(text, flag)
+    except ValueError as exc:
+        raise SystemExit(f"primus plan: {exc}") from None

@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replicas", type=int, help="scale: the new replica count")
     parser.add_argument("--cpu", help="resize: cores per worker (2, 500m)")
     parser.add_argument("--memory", help="resize: memory per worker (4Gi)")
-    parser.add_argument("--prometheus", help="autoscale: Prometheus URL (default: in-process registry)")
+    parser.add_argument("--prometheus", help="autoscale: Prometheus URL (default: the job's metrics snapshots)")
     parser.set_defaults(handler=run)
 
 

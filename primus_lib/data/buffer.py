@@ -76,6 +76,8 @@ class SampleBuffer:
 
     def pop(self, rows: int, timeout: float | None = None, partial: bool = True) -> pa.RecordBatch | None:
         """Up to ``rows`` rows (exactly ``rows`` unless ``partial`` and the wait timed out); None if none."""
+        if rows <= 0:
+            raise ValueError(f"pop: rows must be positive, got {rows}")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._rows < rows and not self._closed:

@@ -312,11 +312,15 @@ def _write_partition(directory: Path, columns: dict[str, np.ndarray]) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex}"
     staging.mkdir()
-    pq.write_table(table, staging / "part-00000.parquet")
-    (staging / "_SUCCESS").write_text("")
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.rename(staging, directory)
+    try:
+        pq.write_table(table, staging / "part-00000.parquet")
+        (staging / "_SUCCESS").write_text("")
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.rename(staging, directory)
+    except BaseException:  # no half-written staging directory left next to the partitions
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _jsonl(rows: dict[str, np.ndarray]) -> str:

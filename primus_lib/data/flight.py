@@ -25,7 +25,10 @@ class BufferFlightServer(flight.FlightServerBase):
         text = ticket.ticket.decode()
         if not text.startswith("rows="):
             raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>'")
-        rows = int(text[5:])
+        try:
+            rows = int(text[5:])
+        except ValueError:
+            raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>' with an integer n") from None
         batch = self.buffer.pop(rows, timeout=self.wait)
         batches = [] if batch is None else [batch]
         return flight.RecordBatchStream(

@@ -75,6 +75,7 @@ def write_window(
             shards.append(ShardInfo(name, part.num_rows, digest))
         manifest = Manifest(stream, window, table.num_rows, seed, shards, extra or {})
         (staging / MANIFEST).write_text(manifest.to_json())
+        fsync_path(staging / MANIFEST)  # the commit point's content must reach the disk before the rename
         fsync_path(staging)
         try:
             os.rename(staging, directory)

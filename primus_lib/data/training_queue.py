@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ class TrainingQueue:
     def __init__(self, ledger: Path):
         self.ledger = Path(ledger)
         self.ledger.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
+        with closing(self._connect()) as db:  # sqlite3's own context manager does not close
             db.execute(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
@@ -80,5 +81,5 @@ class TrainingQueue:
         if stream is not None:
             query += " AND stream = ?"
             args.append(stream)
-        with self._connect() as db:
+        with closing(self._connect()) as db:
             return [QueuedWindow(*row) for row in db.execute(query + " ORDER BY seq", args)]

@@ -26,6 +26,10 @@ def test_buffer_pops_rows_across_batches_and_tracks_consumed_offsets():
     assert buf.consumed_position() == {"t/0": 40, "t/1": 15}  # just past the last popped row
     assert buf.pop(100, timeout=0.05).num_rows == 15
     assert buf.pop(1, timeout=0.01) is None
+    buf.put(_batch(60, 5))
+    with pytest.raises(ValueError, match="positive"):
+        buf.pop(0)
+    assert len(buf) == 5
 
 
 def test_buffer_is_bounded_and_blocks_producers():
@@ -105,6 +109,8 @@ def test_rebalance_keeps_throughput_with_one_slow_partition():
 
 
 def test_flight_serves_the_buffer_to_a_remote_reader():
+    import pyarrow.flight as flight
+
     from primus_lib.data.flight import BufferFlightServer, FlightBufferClient
 
     buf = SampleBuffer(1000)
@@ -116,6 +122,9 @@ def test_flight_serves_the_buffer_to_a_remote_reader():
         assert client.stats()["rows"] == 20
         assert client.pop(100).num_rows == 20
         assert client.pop(10) is None
+        with pytest.raises(pa.ArrowException, match="integer"):
+            client.client.do_get(flight.Ticket(b"rows=ten")).read_all()
+        assert len(buf) == 0
     finally:
         client.close()
         server.shutdown()

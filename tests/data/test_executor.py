@@ -107,6 +107,9 @@ def test_airflow_calls_one_by_one_and_sink_order(data, tmp_path):
             outputs.append(execute_task(job, DataTask.from_dict(raw)))
     again = execute_task(job, plan_source(job, "history", "impressions", w1)[0])
     assert again == outputs[0]  # idempotent
+    torn = Path(outputs[0].path)
+    torn.write_bytes(torn.read_bytes()[:100])  # a host crash tore the (not fsynced) staged file
+    assert execute_task(job, plan_source(job, "history", "impressions", w1)[0]) == outputs[0]  # staged again
     assert Path(outputs[0].path) == staging_path(job, plan_source(job, "history", "impressions", w1)[0])
     manifest = join_window(job, "history", w1)
     assert manifest.rows == 450

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from primus_lib.data.dtgg.task import DataTask
 from primus_lib.data.ledger import FAILED, PENDING, TaskLedger
 
@@ -63,3 +65,28 @@ def test_stream_tasks_are_assigned_or_not(tmp_path):
     assert ledger.stream_assignments("rt") == {"events/0": "x1", "events/1": "x2"}
     assert ledger.unassign_executor("x2") == 1
     assert ledger.stream_assignments("rt") == {"events/0": "x1", "events/1": None}
+
+
+def test_training_queue_closes_every_connection_it_opens(tmp_path):
+    """``with sqlite3.connect()`` only ends a transaction; a long-lived trainer polling the queue
+    must not pile up open connections (file descriptors) to the ledger."""
+    import sqlite3
+
+    from primus_lib.data.training_queue import OutOfOrderWindow, TrainingQueue
+
+    opened: list[sqlite3.Connection] = []
+
+    class Tracked(TrainingQueue):
+        def _connect(self) -> sqlite3.Connection:
+            opened.append(super()._connect())
+            return opened[-1]
+
+    queue = Tracked(tmp_path / "ledger.sqlite")
+    queue.append("s", "20261101T010000Z", "/w1", 10)
+    assert [w.window for w in queue.windows("s")] == ["20261101T010000Z"]
+    with pytest.raises(OutOfOrderWindow):
+        queue.append("s", "20261101T000000Z", "/w0", 10)
+    assert len(opened) == 4
+    for db in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            db.execute("SELECT 1")

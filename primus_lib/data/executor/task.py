@@ -4,7 +4,8 @@ The staged file is ``<job>/staging/<stream>/<window-id>/<source>/<task-id>.arrow
 written to a temp name and renamed, so a killed executor leaves no half file where the join
 looks; running a task again finds the staged file and returns it unchanged. Staged files are
 intermediates and are not fsynced (like a shuffle file): after a host crash a torn one fails
-the IPC footer check in ``read_staged`` and is removed so the task can be run again. The
+the IPC footer check (in ``read_staged``, or when the task runs again) and is removed so the
+task can be run again. The
 committed window (shards + manifest) is fsynced.
 """
 
@@ -56,7 +57,10 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     ``timings``, if given, accumulates the seconds spent reading + decoding and staging."""
     path = staging_path(job, task)
     if path.exists():
-        return _describe(task.id, path)
+        try:
+            return _describe(task.id, path)
+        except pa.ArrowInvalid:  # torn by a host crash (staged files are not fsynced): stage it again
+            path.unlink(missing_ok=True)
     report = TaskMetrics.start(job, task.id)  # the scaler's inputs (executor/metrics.py)
     began = time.perf_counter()
     table = read_task(job, task).combine_chunks()
