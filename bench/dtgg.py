@@ -13,6 +13,7 @@ one JSON line last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -139,16 +140,21 @@ def start_weed(root: Path) -> tuple[subprocess.Popen, int]:
     for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
                  "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc"):  # fmt: skip
         args.append(f"-{flag}={free_port()}")
-    log = open(root / "weed.log", "wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(root / "weed.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(300):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
         except urllib.error.HTTPError:
             return proc, port
         except OSError:
+            if proc.poll() is not None:
+                break
             time.sleep(0.1)
-    raise RuntimeError(f"weed did not start; see {root / 'weed.log'}")
+    with contextlib.suppress(ProcessLookupError):  # the caller never gets proc: leave no weed behind
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(15)
+    raise RuntimeError(f"weed did not start (exit {proc.returncode}); see {root / 'weed.log'}")
 
 
 class LatencyProxy:

@@ -5,7 +5,7 @@ Usage (an executor)::
     metrics = ExecutorMetrics(job="ctr-demo", worker="3", cpu_limit=2, memory_limit=4 * 2**30)
     serve(port)                                # optional: expose /metrics for Prometheus
     metrics.observe_buffer(fill_rows, capacity_rows)
-    metrics.observe_process()                  # psutil: CPU and RSS of this process tree
+    metrics.observe_process()                  # psutil: CPU of this process, RSS of its tree
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class ExecutorMetrics:
         self.memory.set(min(1.0, rss_bytes / self.memory_limit) if self.memory_limit > 0 else 0.0)
 
     def observe_process(self) -> None:
-        """Measure this process tree with psutil (CPU since the last call, RSS now)."""
+        """Measure with psutil: this process's CPU since the last call (children not counted),
+        the RSS of its whole process tree now."""
         procs = [self._proc, *self._proc.children(recursive=True)]
         cores = self._proc.cpu_percent(None) / 100.0
         rss = 0

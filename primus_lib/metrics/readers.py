@@ -1,5 +1,7 @@
 """Where the Dynamic Scaling Manager reads its inputs: a real Prometheus server (production,
-and the integration test) or the in-process prometheus-client registry (the embedded default)."""
+and the integration test), the snapshot files executors and trainers write into the job's
+metrics dir (the embedded default, ``TextfileReader``) or the in-process prometheus-client
+registry."""
 
 from __future__ import annotations
 

@@ -85,6 +85,13 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
+        try:
+            return self._loop()
+        except BaseException:  # a supervisor that dies must not leave its workers running
+            self.stop_all()
+            raise
+
+    def _loop(self) -> int:
         while True:
             self.apply_desired()
             if self.stopping:

@@ -57,7 +57,8 @@ class ScalingPolicy(ABC):
 
     @abstractmethod
     def cooldown_seconds(self) -> float:
-        """Time after this policy's change before any policy may change the job again."""
+        """Time after this policy's change before this policy may act again (the others wait
+        ``settle_seconds``)."""
 
     def settle_seconds(self) -> float:
         """Time after this policy's change before *another* policy may act (one strategy at a time)."""

@@ -48,7 +48,7 @@ def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actu
                                  role=BATCH_ROLE, store=store, registry=registry)  # fmt: skip
         decision = manager.tick()
         if decision is not None:
-            _share_resources(job, store, decision)
+            _share_resources(job, decision)
             decisions.append(decision)
     if STREAM_ROLE in roles and backend is not None:
         store = ScalingStore(scaling_dir(job) / STREAM_ROLE)
@@ -60,7 +60,7 @@ def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actu
     return decisions
 
 
-def _share_resources(job: PrimusJob, store: ScalingStore, decision: Decision) -> None:
+def _share_resources(job: PrimusJob, decision: Decision) -> None:
     """Mirror the role's resources to scaling/resources.json, where role_resources() reads them."""
     if decision.action == "resize":
         ScalingStore(scaling_dir(job)).set_resources(decision.role, decision.cpu, decision.memory)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from primus_lib.durable import fsync_path
+from primus_lib.durable import fsync_path, write_ipc
 
 LATEST = "LATEST"
 
@@ -49,11 +49,11 @@ def save_checkpoint(
         for stream, table in pending.items():
             if table is not None and table.num_rows:
                 files[stream] = f"pending-{stream}.arrow"
-                with pa.OSFile(str(staging / files[stream]), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-                    w.write_table(table)
+                write_ipc(staging / files[stream], table, fsync=False)  # fsynced below with the rest
         (staging / "position.json").write_text(json.dumps({"step": step, "pending": files, **position}, indent=1))
         for child in staging.iterdir():
             fsync_path(child)
+        fsync_path(staging)  # its entries, before the rename publishes them
         os.rename(staging, directory / name)
         fsync_path(directory)
         atomic_write(directory / LATEST, name)
@@ -83,16 +83,35 @@ def load_latest(directory: Path) -> Checkpoint | None:
     return Checkpoint(path, int(position["step"]), state, position, pending)
 
 
+def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
+    """A checkpoint resumes only the same mode and the same number of ranks (each rank's cursors
+    follow its share of the data)."""
+    if pos.get("mode") != mode:
+        raise RuntimeError(f"{path}: checkpoint of mode {pos.get('mode')!r}, trainer runs {mode!r}")
+    written = int(pos.get("world_size", 1))
+    if written != world_size:
+        raise RuntimeError(
+            f"{path}: checkpoint written by {written} rank(s), this trainer runs {world_size}: "
+            "resume with the same --nnodes x --nproc-per-node (or start from a fresh PRIMUS_HOME)"
+        )
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` by temp file + fsync + rename."""
+    """Write ``text`` to ``path`` by temp file + fsync + rename (+ fsync of the directory, so
+    the rename itself survives a crash); a failed write leaves no temp file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
 
 
 def _prune(directory: Path, keep: int) -> None:

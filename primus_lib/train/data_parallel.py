@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 
 from primus_lib.paths import parse_window_id
 from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import atomic_write, load_latest, save_checkpoint
+from primus_lib.train.checkpoint import atomic_write, check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.distributed import bytes_table, table_bytes
 from primus_lib.train.metrics import WindowStats
 from primus_lib.train.priority import priority
-from primus_lib.train.progress import progress_document
+from primus_lib.train.progress import progress_document, window_summary
 
 if TYPE_CHECKING:
     from primus_lib.train.trainer import Trainer
@@ -245,8 +245,6 @@ class DataParallel:
         A batch window is finished when every rank finished its shards of it; a stream window
         when every rank's stream horizon passed its end.
         """
-        from primus_lib.train.trainer import _summary
-
         t = self.t
         keys = sorted({k for g in gathered for k in g["position"]["unmerged"]} - set(self.global_consumed))
         merged = []
@@ -263,19 +261,13 @@ class DataParallel:
             for g in gathered:
                 raw = g["position"]["unmerged"].get(key)
                 if raw is not None:
-                    part = WindowStats.from_dict(raw)
-                    total.pos += part.pos
-                    total.neg += part.neg
-                    total.loss_sum += part.loss_sum
-                    total.samples += part.samples
-            self.global_consumed[key] = _summary(total)
+                    total.merge(WindowStats.from_dict(raw))
+            self.global_consumed[key] = window_summary(total)
             merged.append(key)
         return merged
 
     def restore(self) -> None:
         """Rank 0 reads the checkpoint; each rank gets its own position, all get the model."""
-        from primus_lib.train.trainer import check_checkpoint
-
         t = self.t
         meta: dict = {"error": None, "step": None}
         payloads, state = None, None

@@ -61,6 +61,13 @@ class WindowStats:
     def logloss(self) -> float | None:
         return self.loss_sum / self.samples if self.samples else None
 
+    def merge(self, other: WindowStats) -> None:
+        """Add ``other``'s counts (the same window's statistics from another rank)."""
+        self.pos += other.pos
+        self.neg += other.neg
+        self.loss_sum += other.loss_sum
+        self.samples += other.samples
+
     def to_dict(self) -> dict:
         return {"pos": self.pos.tolist(), "neg": self.neg.tolist(), "loss_sum": self.loss_sum, "samples": self.samples}
 

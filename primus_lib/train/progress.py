@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from primus_lib.train.metrics import WindowStats
 
 
 def progress_document(consumed: dict, step: int, stream_position: dict, mode: str) -> str:
@@ -29,6 +33,11 @@ def progress_document(consumed: dict, step: int, stream_position: dict, mode: st
         indent=1,
         sort_keys=True,
     )
+
+
+def window_summary(stats: WindowStats) -> dict:
+    """One ``consumed`` entry: the window's samples and progressive AUC/logloss, stamped now."""
+    return {"samples": stats.samples, "auc": stats.auc(), "logloss": stats.logloss(), "at": time.time()}
 
 
 def read_progress(path) -> dict:

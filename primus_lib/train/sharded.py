@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from primus_lib.durable import fsync_path
 from primus_lib.spec.job import PrimusJob
 from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
@@ -378,7 +379,7 @@ class ShardedStepper:
                 if directory.exists():
                     raise FileExistsError(f"checkpoint directory {directory} already exists")
                 os.rename(tmp, directory)
-                _fsync_dir(directory.parent)
+                fsync_path(directory.parent)
             except Exception as exc:  # every rank must learn it
                 error = f"{type(exc).__name__}: {exc}"
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -431,16 +432,7 @@ def _plan_json(dmp) -> dict:
 
 
 def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root``, then ``root`` itself."""
     for path in root.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_path(path)
+    fsync_path(root)

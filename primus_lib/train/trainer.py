@@ -44,11 +44,12 @@ from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import JobPaths, parse_window_id, window_id
 from primus_lib.spec.job import PrimusJob
 from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import atomic_write, load_latest, save_checkpoint
+from primus_lib.train.checkpoint import atomic_write, check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed, StreamFeed
 from primus_lib.train.metrics import WindowStats
+from primus_lib.train.prefetch import Prefetcher
 from primus_lib.train.priority import Buffer, PriorityReader
-from primus_lib.train.progress import progress_document
+from primus_lib.train.progress import progress_document, window_summary
 from primus_lib.train.ranks import open_rank_stream_readers
 from primus_lib.train.sharded import make_stepper
 
@@ -74,10 +75,14 @@ class TrainerOptions:
     flush_grace: float | None = None  # seconds a drained batch feed waits before a partial step; None: poll_interval
 
 
+def max_lag(job: PrimusJob) -> timedelta:
+    """The largest lag of the job's batch streams (zero without any)."""
+    return max((s.lag for s in job.batch_streams), default=timedelta(0))
+
+
 def default_switch(job: PrimusJob) -> datetime:
     """offline_then_online switches to the stream one day after the first batch window exists."""
-    lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
-    return job.spec.timer.start + lag + timedelta(days=1)
+    return job.spec.timer.start + max_lag(job) + timedelta(days=1)
 
 
 class Trainer:
@@ -108,9 +113,10 @@ class Trainer:
         if not getattr(self.stepper, "sharded", False):  # the sharded stepper syncs its towers itself
             self.group.broadcast_params(self.stepper.model)
         self.registry = registry or CollectorRegistry()
-        self.id_column = spec.features.id or (job_keys_first(job))
+        self.id_column = spec.features.id or job_keys_first(job)
         switch = options.switch_at or default_switch(job)
         self.switch_ms = int(switch.timestamp() * 1000) if self.mode == "offline_then_online" else None
+        self.lag_ms = int(max_lag(job).total_seconds() * 1000)  # the largest batch stream lag
         weights = spec.training.priority
         buffers: list[Buffer] = []
         self.batch_feeds: dict[str, BatchFeed] = {}
@@ -129,8 +135,7 @@ class Trainer:
                 readers = open_rank_stream_readers(job, rank, size)
             else:
                 readers = open_stream_readers(job)
-            lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
-            keep_from = self.switch_ms - int(lag.total_seconds() * 1000) if self.switch_ms is not None else None
+            keep_from = self.switch_ms - self.lag_ms if self.switch_ms is not None else None
             for stream in job.stream_streams:
                 self.stream_feeds[stream.name] = [
                     StreamFeed(stream.name, r, self.features.timestamp, keep_from) for r in readers.get(stream.name, [])
@@ -184,14 +189,10 @@ class Trainer:
         start = int(parse_window_id(window.window).timestamp() * 1000)
         if self.until_ms is not None and start > self.until_ms:
             return False
-        if self.switch_ms is not None and start >= self.switch_ms - self._lag_ms():
+        if self.switch_ms is not None and start >= self.switch_ms - self.lag_ms:
             return False  # offline_then_online: the stream takes over from here
         end = self.job.spec.timer.end
         return end is None or start < int(end.timestamp() * 1000)
-
-    def _lag_ms(self) -> int:
-        lag = max((s.lag for s in self.job.batch_streams), default=timedelta(0))
-        return int(lag.total_seconds() * 1000)
 
     def read_inputs(self) -> bool:
         """Read from the feeds into the staging buffers up to the high-water mark.
@@ -359,7 +360,7 @@ class Trainer:
         self.windows_done_since_checkpoint = True
 
     def _consume(self, key: str, stats: WindowStats) -> None:
-        self.consumed[key] = _summary(stats)
+        self.consumed[key] = window_summary(stats)
         if self.group.active:  # merged over ranks into progress.json by rank 0 (data_parallel.py)
             self.unmerged[key] = stats.to_dict()
 
@@ -463,20 +464,22 @@ class Trainer:
     def run(self) -> str:
         self.windows_done_since_checkpoint = False
         dp = self.dp
-        (dp.restore if dp else self.restore)()
-        if self.options.prefetch:
-            self.prefetch = Prefetcher(self)
-            self.prefetch.start()
         try:
-            (dp.loop if dp else self._loop)()
-        finally:
-            if self.prefetch is not None:
-                self.prefetch.stop()
-        (dp.checkpoint if dp else self.checkpoint)()
-        self.publish_metrics()
-        for feeds in self.stream_feeds.values():
-            for feed in feeds:
-                feed.reader.close()
+            (dp.restore if dp else self.restore)()
+            if self.options.prefetch:
+                self.prefetch = Prefetcher(self)
+                self.prefetch.start()
+            try:
+                (dp.loop if dp else self._loop)()
+            finally:
+                if self.prefetch is not None:
+                    self.prefetch.stop()
+            (dp.checkpoint if dp else self.checkpoint)()
+            self.publish_metrics()
+        finally:  # on failure too (offsets are committed only by checkpoints, never by close)
+            for feeds in self.stream_feeds.values():
+                for feed in feeds:
+                    feed.reader.close()
         consumed = dp.global_consumed if dp and self.group.rank == 0 else self.consumed
         done = [k for k in consumed if "/" in k]
         who = f" rank {self.group.rank}/{self.group.size}" if dp else ""
@@ -542,40 +545,6 @@ class Trainer:
         )
 
 
-class Prefetcher:
-    """Reads the feeds in a background thread so that training never waits on input it
-    could have had (Arrow reads, Kafka polls and SQLite release the GIL)."""
-
-    def __init__(self, trainer: Trainer):
-        self.trainer = trainer
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="primus-prefetch", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        trainer = self.trainer
-        try:
-            while not self.stopping.is_set():
-                with trainer.lock:
-                    arrived = trainer.read_inputs()
-                if not arrived:  # nothing new (or buffers full): back off, never spin
-                    self.stopping.wait(max(0.002, min(trainer.options.poll_interval, 0.02)))
-        except BaseException as exc:  # surfaced in the training thread by check()
-            self.error = exc
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise RuntimeError(f"prefetch thread failed: {self.error}") from self.error
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=30)
-        self.check()
-
-
 def open_input_metrics(trainer: Trainer):
     """The trainer's InputMetrics, or None when they cannot be set up (metrics never stop training)."""
     try:
@@ -585,23 +554,6 @@ def open_input_metrics(trainer: Trainer):
     except Exception as exc:  # metrics never stop training
         log.warning("trainer metrics disabled: %s: %s", type(exc).__name__, exc)
         return None
-
-
-def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
-    """A checkpoint resumes only the same mode and the same number of ranks (each rank's cursors
-    follow its share of the data)."""
-    if pos.get("mode") != mode:
-        raise RuntimeError(f"{path}: checkpoint of mode {pos.get('mode')!r}, trainer runs {mode!r}")
-    written = int(pos.get("world_size", 1))
-    if written != world_size:
-        raise RuntimeError(
-            f"{path}: checkpoint written by {written} rank(s), this trainer runs {world_size}: "
-            "resume with the same --nnodes x --nproc-per-node (or start from a fresh PRIMUS_HOME)"
-        )
-
-
-def _summary(stats: WindowStats) -> dict:
-    return {"samples": stats.samples, "auc": stats.auc(), "logloss": stats.logloss(), "at": time.time()}
 
 
 def run_trainer(
@@ -639,7 +591,6 @@ def job_keys_first(job: PrimusJob) -> str | None:
 
 
 def datetime_from_ms(ms: int) -> datetime:
-
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 

@@ -200,3 +200,32 @@ def test_cli_start_status_scale_stop(job_env):
     finally:
         primus("stop")
     assert json.loads(primus("status"))["phase"] == "Stopped"
+
+
+def test_supervisor_that_crashes_ends_its_workers(job_env):
+    """An unexpected error in the supervisor's loop stops the workers it started before it dies."""
+    from primus_lib.resources.supervisor import Supervisor
+    from primus_lib.resources.table import resources_dir, write_json
+
+    job = make_job({"data_executor": {"replicas": 1}, "trainer": {"command": SLEEP}})
+    directory = resources_dir(job)
+    write_json(directory / "job.json", job.model_dump(mode="json"))
+    write_json(directory / "desired.json", {"spec_path": None, "stop": False, "roles": {}})
+    supervisor = Supervisor(directory)
+    workers: list[psutil.Process] = []
+
+    def broken() -> None:
+        workers.extend(psutil.Process(w.proc.pid) for r in supervisor.roles.values() for w in r.workers.values())
+        raise RuntimeError("boom")
+
+    supervisor.check_success = broken
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            supervisor.run()
+    finally:  # run() installs its own handlers in this (the test) process
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert workers
+    for proc in workers:
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE

@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pyarrow.json as pajson
+import pytest
 
 from primus_lib.paths import JobPaths
 from primus_lib.train.replay import batch_window
@@ -98,3 +99,17 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     windows = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
     assert [v["samples"] for _, v in sorted(windows.items())] == sizes  # stats survived the kill exactly once too
     assert all(0.0 <= v["auc"] <= 1.0 and v["logloss"] > 0 for v in windows.values())
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temp_on_failure(tmp_path):
+    from primus_lib.train.checkpoint import atomic_write
+
+    target = tmp_path / "progress.json"
+    atomic_write(target, "first")
+    atomic_write(target, "second")
+    assert target.read_text() == "second"
+    blocked = tmp_path / "blocked"
+    (blocked / "inside").mkdir(parents=True)  # a non-empty directory cannot be replaced by a file
+    with pytest.raises(OSError):
+        atomic_write(blocked, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "progress.json"]

@@ -20,7 +20,8 @@ class PrimusScalerSensor(BaseSensorOperator):
 
     :param spec_path: the PrimusJob spec file (templated).
     :param prometheus_url: a Prometheus server scraping the executors and trainers (templated);
-        None reads the in-process registry (embedded default).
+        None reads the snapshots in the job's metrics dir (embedded default), else the
+        in-process registry (``primus_lib.scaling.step.reader_for``).
     :param airflow_conn_id: an HTTP connection to Airflow's API server (host/port, login/password)
         for the pool API; a missing connection skips the pool change (logged).
     :param scale_stream_executors: also scale/resize the stream executors through the backend.
@@ -38,7 +39,7 @@ class PrimusScalerSensor(BaseSensorOperator):
         self.airflow_conn_id, self.scale_stream_executors = airflow_conn_id, scale_stream_executors
 
     def _pool_actuator(self, job):
-        from airflow.exceptions import AirflowNotFoundException
+        from airflow.sdk.exceptions import AirflowNotFoundException
 
         from primus_lib.scaling.airflow_pools import AirflowPoolClient, PoolActuator
         from primus_operators._common import pool_name
