@@ -61,6 +61,19 @@ def make_job(root: Path, monkeypatch, *, mode: str = "mtrm", hours: int = 6, lag
     return spec, load_job(spec)
 
 
+def kafka_spec(root: Path, monkeypatch, broker, topic: str, *, mode: str, batch_size: int = 64) -> Path:
+    """The tiny spec with its stream read from a real Kafka-protocol topic instead of a replay file."""
+    monkeypatch.setenv("PRIMUS_DATA", str(root / "data"))
+    monkeypatch.setenv("PRIMUS_HOME", str(root / "home"))
+    text = SPEC.format(hours=2, lag=1, mode=mode).replace(
+        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
+        f'{{name: events, kafka: {{bootstrap_servers: "{broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
+    )
+    spec = root / "kafka.yaml"
+    spec.write_text(text.replace("batch_size: 64", f"batch_size: {batch_size}"))
+    return spec
+
+
 def commit_windows(job, hours: range, rows_per_shard: int = 50) -> list[int]:
     """Commit batch windows the way the data plane's Sink does (shards + queue append)."""
     from primus_lib.train.replay import batch_window

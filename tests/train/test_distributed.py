@@ -34,7 +34,7 @@ from primus_lib.train.model import ModelOptions
 from primus_lib.train.replay import TableStreamReader, batch_window, stream_file
 from primus_lib.train.steps import Stepper
 from primus_lib.train.trainer import Trainer, TrainerOptions
-from tests.train.conftest import SPEC, START, commit_windows
+from tests.train.conftest import START, commit_windows, kafka_spec
 from tests.train.test_resume import _consumed
 
 KINDS = ["batch", "stream", "batch", "stream", "stream", "batch"]
@@ -274,14 +274,7 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
     """Two ranks read disjoint partitions of a real Kafka-protocol topic; each rank's group offsets
     are the checkpointed ones; no event is trained twice."""
     topic = kafka_broker.new_topic(partitions=2, prefix="ctr")
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    text = SPEC.format(hours=2, lag=1, mode="online").replace(
-        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
-        f'{{name: events, kafka: {{bootstrap_servers: "{kafka_broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
-    )
-    spec = tmp_path / "kafka.yaml"
-    spec.write_text(text.replace("batch_size: 64", "batch_size: 16"))
+    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online", batch_size=16)
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     capsys.readouterr()
     events = [json.loads(line)["request_id"] for line in (tmp_path / "data" / "stream" / "events.jsonl").open()]

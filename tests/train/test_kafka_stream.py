@@ -13,21 +13,14 @@ from primus_lib.data.sources.kafka import default_group
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
 from primus_lib.train.trainer import Trainer, TrainerOptions
-from tests.train.conftest import SPEC
+from tests.train.conftest import commit_windows, kafka_spec
 
 pytestmark = pytest.mark.integration
 
 
 def test_datagen_to_kafka_then_online_training(kafka_broker, tmp_path, monkeypatch, capsys):
     topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    text = SPEC.format(hours=2, lag=1, mode="online").replace(
-        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
-        f'{{name: events, kafka: {{bootstrap_servers: "{kafka_broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
-    )
-    spec = tmp_path / "kafka.yaml"
-    spec.write_text(text)
+    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     produced = int(capsys.readouterr().out.split("; ")[-1].split()[0])
     events = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
@@ -56,17 +49,9 @@ def test_datagen_to_kafka_then_online_training(kafka_broker, tmp_path, monkeypat
 def test_mtrm_with_a_finished_topic_still_trains_every_batch_window(kafka_broker, tmp_path, monkeypatch, capsys):
     """The demo's situation: the topic holds two finished days; the stream never passes the
     last windows + lag by event time, but it has caught up, so the clock releases them."""
-    from tests.train.conftest import commit_windows
 
     topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    text = SPEC.format(hours=2, lag=1, mode="mtrm").replace(
-        '{name: events, uri: "file://${PRIMUS_DATA}/stream/events.jsonl", format: jsonl}',
-        f'{{name: events, kafka: {{bootstrap_servers: "{kafka_broker.bootstrap}", topic: {topic}, startup: earliest}}, format: json}}',
-    )
-    spec = tmp_path / "kafka.yaml"
-    spec.write_text(text)
+    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="mtrm")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3", "--kafka", kafka_broker.bootstrap]) == 0
     job = load_job(spec)
     sizes = commit_windows(job, range(2))
