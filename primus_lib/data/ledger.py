@@ -133,14 +133,12 @@ class TaskLedger:
         return [r.task for r in self.records(stream, window, source)]
 
     def records(self, stream: str, window: str | None = None, source: str | None = None) -> list[TaskRecord]:
-        query = "SELECT body, state, attempts, executor, error, output FROM data_tasks WHERE stream=?"
-        args: list = [stream]
-        if window is not None:
-            query += " AND window=?"
-            args.append(window)
-        if source is not None:
-            query += " AND source=?"
-            args.append(source)
+        query, args = _filtered(
+            "SELECT body, state, attempts, executor, error, output FROM data_tasks WHERE stream=?",
+            [stream],
+            window=window,
+            source=source,
+        )
         with self._tx() as db:
             rows = db.execute(query + " ORDER BY window, seq", args).fetchall()
         return [
@@ -162,14 +160,9 @@ class TaskLedger:
 
     def claim(self, executor: str, stream: str | None = None, window: str | None = None) -> DataTask | None:
         """Hand the oldest pending task (time order) to ``executor``; None when none is pending."""
-        query = "SELECT id, body FROM data_tasks WHERE state=?"
-        args: list = [PENDING]
-        if stream is not None:
-            query += " AND stream=?"
-            args.append(stream)
-        if window is not None:
-            query += " AND window=?"
-            args.append(window)
+        query, args = _filtered(
+            "SELECT id, body FROM data_tasks WHERE state=?", [PENDING], stream=stream, window=window
+        )
         now = time.time()
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO data_executors VALUES (?, ?, 1)", (executor, now))
@@ -235,11 +228,11 @@ class TaskLedger:
 
     def retry_failed(self, stream: str, window: str | None = None) -> int:
         """An operator's manual retry: failed tasks back to pending with fresh attempts."""
-        query = "UPDATE data_tasks SET state=?, attempts=0, updated=? WHERE state=? AND stream=?"
-        args: list = [PENDING, time.time(), FAILED, stream]
-        if window is not None:
-            query += " AND window=?"
-            args.append(window)
+        query, args = _filtered(
+            "UPDATE data_tasks SET state=?, attempts=0, updated=? WHERE state=? AND stream=?",
+            [PENDING, time.time(), FAILED, stream],
+            window=window,
+        )
         with self._tx() as db:
             return db.execute(query, args).rowcount
 
@@ -262,3 +255,12 @@ class TaskLedger:
             return db.execute(
                 "UPDATE stream_tasks SET executor=NULL, assigned_at=NULL WHERE executor=?", (executor,)
             ).rowcount
+
+
+def _filtered(query: str, args: list, **columns: str | None) -> tuple[str, list]:
+    """``query`` (ending in a WHERE clause) narrowed by each column given a value."""
+    for column, value in columns.items():
+        if value is not None:
+            query += f" AND {column}=?"
+            args = [*args, value]
+    return query, args
