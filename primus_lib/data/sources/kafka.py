@@ -2,8 +2,15 @@
 
 Start-up modes: ``group_offsets`` (the group's committed offsets; earliest where none),
 ``earliest``, ``latest``, ``timestamp`` (the first offset at/after ``startup_timestamp``, via
-offsets_for_times). Offsets are never auto-committed: ``commit(position)`` is called by the
-owner once a checkpoint covers the rows (and dead letters are flushed before). Malformed
+offsets_for_times; the end of the partition where no message is that new). Every mode is
+resolved to concrete offsets when the reader opens (the partition's low/high watermark for
+earliest/latest), so ``position()`` names every partition from the start and a checkpoint
+taken before the first message still resumes where the reader began. Offsets are never
+auto-committed: ``commit(position)`` is called by the owner once a checkpoint covers the rows
+(and dead letters are flushed before); requests answered with a transient error (coordinator
+moved or loading, leader changing) are asked again. ``lag()`` is Kafka's consumer lag: the high
+watermark minus the position, per partition (asked of the broker); ``at_live_edge()`` says
+whether the reader has caught up, from the watermarks of its last fetch responses. Malformed
 messages go to ``<topic>.dlq`` with the reason in a header and are counted.
 """
 
@@ -11,10 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from primus_lib.data.sources.deadletter import DeadLetters, KafkaDeadLetters
 from primus_lib.data.sources.decode import conform
@@ -22,6 +32,46 @@ from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
+
+T = TypeVar("T")
+
+# Answers a client recovers from by asking again: the group coordinator or a partition leader
+# moved or is still loading (a broker restart, a failover), or a request timed out.
+TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def retrying(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """``call()``, asked again while the broker answers with a transient error (up to ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in TRANSIENT)
+            if not transient or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)
+
+
+def _checked(answer: list[TopicPartition]) -> list[TopicPartition]:
+    """A per-partition answer, raising the first partition's error (retried if transient)."""
+    for tp in answer:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return answer
 
 
 def connection_env_key(stream: StreamSpec, source: SourceSpec) -> str:
@@ -103,31 +153,53 @@ class KafkaStreamReader(StreamReader):
             raise KafkaException(f"topic {self.topic!r} not found at {self.bootstrap} ({getattr(meta, 'error', None)})")
         return sorted(meta.partitions)
 
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        """(low, high): the partition's first offset and the offset the next message will get."""
+        tp = TopicPartition(self.topic, partition)
+        low, high = retrying(lambda: self.consumer.get_watermark_offsets(tp, timeout=10))
+        return int(low), int(high)
+
     def _start_offsets(self) -> list[TopicPartition]:
-        tps = [TopicPartition(self.topic, p) for p in self.partitions]
+        """The first offset to read of every partition, resolved now (never a logical offset)."""
         mode = self.spec.startup
-        if mode == "earliest":
-            return [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.partitions]
-        if mode == "latest":
-            return [TopicPartition(self.topic, p, OFFSET_END) for p in self.partitions]
         if mode == "timestamp":
             ms = int(self.spec.startup_timestamp.timestamp() * 1000)  # type: ignore[union-attr]
-            found = self.consumer.offsets_for_times(
-                [TopicPartition(self.topic, p, ms) for p in self.partitions], timeout=10
-            )
-            out = [
-                TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found
-            ]
-        else:  # group_offsets
-            committed = self.consumer.committed(tps, timeout=10)
-            out = [
-                TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-                for tp in committed
-            ]
-        for tp in out:
-            if tp.offset >= 0:
-                self._next[partition_key(self.topic, tp.partition)] = tp.offset
+            asked = [TopicPartition(self.topic, p, ms) for p in self.partitions]
+            answer = retrying(lambda: _checked(self.consumer.offsets_for_times(asked, timeout=10)))
+        elif mode == "group_offsets":
+            asked = [TopicPartition(self.topic, p) for p in self.partitions]
+            answer = retrying(lambda: _checked(self.consumer.committed(asked, timeout=10)))
+        else:
+            answer = []
+        found = {tp.partition: tp.offset for tp in answer}
+        out = []
+        for p in self.partitions:
+            offset = found.get(p, -1)
+            if offset < 0:  # earliest/latest, no committed offset, or no message at/after the timestamp
+                low, high = self._watermarks(p)
+                offset = high if mode in ("latest", "timestamp") else low
+            self._next[partition_key(self.topic, p)] = offset
+            out.append(TopicPartition(self.topic, p, offset))
         return out
+
+    def lag(self) -> dict[str, int]:
+        """Messages not yet read, per partition: the high watermark minus the position."""
+        lags = {}
+        for p in self.partitions:
+            key = partition_key(self.topic, p)
+            low, high = self._watermarks(p)
+            lags[key] = max(0, high - max(self._next.get(key, low), low))
+        return lags
+
+    def at_live_edge(self) -> bool:
+        """Caught up: every partition's position has reached its high watermark as known from
+        the last fetch response (no broker request). False until a fetch has answered for every
+        partition, so an empty poll right after opening is not mistaken for the live edge."""
+        for p in self.partitions:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            if high < 0 or self._next.get(partition_key(self.topic, p), -1) < high:
+                return False
+        return True
 
     def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
         messages = self.consumer.consume(num_messages=max_rows, timeout=timeout)
@@ -178,8 +250,8 @@ class KafkaStreamReader(StreamReader):
             topic, _, part = key.rpartition("/")
             if topic == self.topic and int(part) in self.partitions:
                 tps.append(TopicPartition(topic, int(part), int(offset)))
-        if tps:
-            self.consumer.commit(offsets=tps, asynchronous=False)
+        if tps:  # the same offsets again: safe to repeat while the coordinator moves
+            retrying(lambda: self.consumer.commit(offsets=tps, asynchronous=False))
 
     def close(self) -> None:
         try:
