@@ -32,6 +32,7 @@ SERVER_FIXTURES: dict[str, str] = {
     "kube_cluster": "kube",
     "prometheus_server": "prometheus",
     "airflow_server": "airflow",
+    "airflow_api_server": "airflow",
     "postgres_server": "postgres",
     "hdfs_cluster": "hdfs",
     "yarn_cluster": "yarn",

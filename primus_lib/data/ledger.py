@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus_lib.data.dtgg.task import DataTask
+from primus_lib.data.task import DataTask
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "pending", "running", "succeeded", "failed"
 

@@ -81,7 +81,7 @@ def test_stage_timings_are_reported_for_the_real_pipeline(tmp_path):
     manifest = join_window(job, "history", T0, timings=timings)
     assert manifest.rows == 100
     assert set(timings) == {"read_decode", "stage", "read", "join", "shuffle", "commit"}
-    assert all(seconds >= 0 for seconds in timings.values())
+    assert all(seconds > 0 for seconds in timings.values())  # every phase was timed
 
 
 def _general_join(left: pa.Table, right: pa.Table, how: str) -> pa.Table:

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from primus_lib.data.dtgg.task import DataTask
 from primus_lib.data.ledger import FAILED, PENDING, TaskLedger
+from primus_lib.data.task import DataTask
 
 
 def _tasks(window: str, n: int) -> list[DataTask]:

@@ -43,3 +43,73 @@ def job(scaling: dict | None = None, role: dict | None = None) -> PrimusJob:
     if role:
         doc["spec"]["resources"]["roles"]["data_executor"] = role
     return PrimusJob.model_validate(doc)
+
+
+# -- a real data executor process, scraped by Prometheus (tests/scaling/test_prometheus.py) ---------
+
+
+class TaskSnapshots:
+    """A collector over the snapshots this process's data tasks wrote (``data_executor-<task>.prom``
+    in the job's metrics dir): what ``execute_task``'s own metrics code measured and reported."""
+
+    def __init__(self, directory, names: list[str]) -> None:
+        from pathlib import Path
+
+        self.directory, self.names = Path(directory), list(names)
+
+    def collect(self):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for name in self.names:
+            path = self.directory / f"{name}.prom"
+            if path.exists():
+                yield from text_string_to_metric_families(path.read_text())
+
+
+def run_executor(spec_path: str, window_start: str, stream: str = "history") -> None:
+    """A data executor process: serve /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT (the product's
+    ``serve_from_env``), run one batch window through the project's executor code (DTGG plan ->
+    ``BatchExecutor`` -> ``execute_task`` per data task -> join -> sink: ``run_window``), then stay
+    up, serving what its tasks reported, until stopped by PID.
+
+    The batch data task reports by its snapshot file only (``TaskMetrics`` in
+    primus_lib/data/executor/metrics.py has no HTTP endpoint, docs/scaling.md), so this process
+    serves the snapshots of its own tasks; every value in them comes from the task's metrics code
+    (psutil CPU and RSS of this process, rows decoded, the batch backlog it saw)."""
+    import time
+    from datetime import datetime
+
+    from prometheus_client import CollectorRegistry
+
+    from primus_lib.data.executor import run_window
+    from primus_lib.data.executor.metrics import ROLE
+    from primus_lib.data.ledger import TaskLedger
+    from primus_lib.metrics.reporting import serve_from_env, snapshot_name
+    from primus_lib.paths import JobPaths, window_id
+    from primus_lib.spec import load_job
+
+    job = load_job(spec_path)
+    start = datetime.fromisoformat(window_start)
+    paths = JobPaths.for_job(job)
+    snapshots = TaskSnapshots(paths.metrics_dir, [])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(snapshots)
+    if serve_from_env(registry) is None:
+        raise SystemExit("PRIMUS_METRICS_PORT unset or taken: nothing to scrape")
+    result = run_window(job, stream, start, workers=1)
+    records = TaskLedger(paths.ledger).records(stream, window_id(start))
+    snapshots.names = [snapshot_name(ROLE, record.task.id) for record in records]
+    print(f"window {result.queued.window}: {len(records)} tasks, {result.queued.rows} rows", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:  # SIGINT: stopped by the test
+        pass
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["executor"] or len(sys.argv) != 4:
+        raise SystemExit("usage: python -m tests.scaling.helpers executor SPEC WINDOW_START")
+    run_executor(sys.argv[2], sys.argv[3])

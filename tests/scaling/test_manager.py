@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -42,19 +43,28 @@ def manager(snaps, clock, tmp_path=None, **kw):
 def test_cooldown_and_one_strategy_at_a_time(tmp_path):
     now = [0.0]
     starving = snapshot(buffer=0.0, cpu=0.95, memory=0.5, starved=0.3, executors=10, cores=3.8, mem_bytes=5 * GIB)
-    m, registry = manager([starving], lambda: now[0], tmp_path)
+    arrived = dataclasses.replace(starving, executors=13)  # the executors added at t=0 now report
+    m, registry = manager([starving, starving, starving, arrived], lambda: now[0], tmp_path)
     first = m.tick()
     assert first.policy == "horizontal" and first.replicas == 13  # 10 + ceil(10 * .3/.7) capped at step
     now[0] = 30.0  # within the horizontal cooldown (60 s), and the new executors do not report yet
     assert m.tick() is None
-    now[0] = 61.0
-    second = m.tick()
-    assert second is None or second.policy in ("horizontal", "vertical")
+    now[0] = 61.0  # past the cooldown, but 3 of the 13 executors still start: horizontal must wait;
+    second = m.tick()  # the other strategy may act: memory to peak 5 GiB + 15% margin (cpu 4.37: < 25%)
+    assert second is not None and (second.policy, second.action) == ("vertical", "resize")
+    assert second.replicas is None and second.cpu == 4.0 and second.memory == int(5.75 * GIB)
     assert registry.get_sample_value("primus_scaling_decisions_total",
-                                     {"primus_job": "ctr-demo", "policy": "horizontal", "action": "scale_up"}) >= 1  # fmt: skip
+                                     {"primus_job": "ctr-demo", "policy": "horizontal", "action": "scale_up"}) == 1  # fmt: skip
     assert registry.get_sample_value("primus_scaling_target", {"primus_job": "ctr-demo", "role": "data_executor",
                                                                "resource": "replicas"}) == 13  # fmt: skip
+    now[0] = 90.0  # all 13 report and the trainer still starves, but the resize settles (120 s)
+    assert m.tick() is None
+    now[0] = 182.0
+    third = m.tick()
+    assert (third.policy, third.action, third.replicas) == ("horizontal", "scale_up", 17)  # 13 + ceil(13 / 4)
     records = ScalingStore(tmp_path).decisions()
+    assert [(r["policy"], r["action"]) for r in records] == [("horizontal", "scale_up"), ("vertical", "resize"),
+                                                             ("horizontal", "scale_up")]  # fmt: skip
     assert records[0]["inputs"]["trainer_starved"] == 0.3 and records[0]["inputs"]["load"] < 0.5
 
 

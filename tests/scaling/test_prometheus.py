@@ -1,112 +1,170 @@
-"""The scaling manager reading a real Prometheus server that scrapes real executor and trainer
-processes (prometheus_client.start_http_server on 127.0.0.1), instrumented with primus_lib.metrics."""
+"""The scaling manager reading a real Prometheus server that scrapes real data-executor and trainer
+processes (prometheus_client's /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT).
+
+- Data executors: two processes (``python -m tests.scaling.helpers executor``), each running one
+  batch window of a tiny job through the project's executor code (DTGG plan, ``execute_task`` per
+  data task, join, sink) and serving what those tasks' metrics code reported.
+- Trainer: ``primus train SPEC`` (the CLI), which trains the two committed windows and then waits
+  for the third, which never comes: starved.
+Prometheus' view must equal what the processes themselves reported, and the manager must add an
+executor from it.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import urllib.request
+from datetime import timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from primus_lib.metrics.readers import PrometheusReader
+from primus_lib.metrics import names as n
+from primus_lib.metrics.readers import PrometheusReader, TextfileReader
 from primus_lib.scaling import ScalingManager
-from tests.fixtures._proc import free_port
-from tests.scaling.helpers import job
+from tests.fixtures._proc import free_port, start, stop
+from tests.resources.conftest import ROOT
+from tests.train.conftest import SPEC, START, make_job
 
 pytestmark = pytest.mark.integration
 
-EXECUTOR = """
-import sys, time
-from prometheus_client import CollectorRegistry
-from primus_lib.metrics import ExecutorMetrics, serve
-port, fill, busy = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "busy"
-registry = CollectorRegistry()
-metrics = ExecutorMetrics("ctr-demo", worker=str(port), cpu_limit=1, memory_limit=2**30, registry=registry)
-serve(port, registry=registry)
-while True:
-    end = time.monotonic() + 0.2
-    while busy and time.monotonic() < end:
-        pass  # real CPU use, measured by psutil
-    if not busy:
-        time.sleep(0.2)
-    metrics.observe_buffer(fill * 1000, 1000)
-    metrics.observe_process()
-    metrics.add_samples(100)
-"""
+JOB = "prom-scrape"
+ROLES = """      data_executor: {{replicas: 4, min_replicas: 1, max_replicas: 10, cpu: 1, memory: 4Gi}}
+      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}"""
+SCALING = "  scaling: {{horizontal: {{enabled: true, threshold: 0.5, cooldown: 60s}}, vertical: {{enabled: false}}}}"
 
-TRAINER = """
-import sys, time
-from prometheus_client import CollectorRegistry
-from primus_lib.metrics import TrainerMetrics, serve
-registry = CollectorRegistry()
-metrics = TrainerMetrics("ctr-demo", registry=registry)
-serve(int(sys.argv[1]), registry=registry)
-while True:
-    metrics.observe_step(wait_seconds=0.3, total_seconds=1.0)  # waits 30% of each step for data
-    time.sleep(0.2)
-"""
+
+def scraped_job(tmp_path, monkeypatch):
+    """The tiny job (offline, 3 hourly windows, no lag) with a data-executor role and horizontal scaling."""
+    from primus_lib.spec import load_job
+
+    spec, _ = make_job(tmp_path, monkeypatch, mode="offline", hours=3, lag=0, rows=120)
+    text = SPEC.replace("metadata: {{name: tiny}}", f"metadata: {{{{name: {JOB}}}}}")
+    text = text.replace("      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}", ROLES)
+    text = text.replace("  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}", SCALING)
+    assert text.count(JOB) == 1 and "data_executor" in text and "threshold: 0.5" in text
+    spec.write_text(text.format(hours=3, lag=0, mode="offline"))
+    return spec, load_job(spec)
+
+
+def _serves(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+        return reply.status == 200
+
+
+def _scrape(port: int) -> dict[tuple[str, str], float]:
+    """(metric name, worker) -> value, straight from a process's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {(s.name, s.labels.get(n.WORKER_LABEL, "")): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}  # fmt: skip
 
 
 @pytest.fixture
-def workers():
-    procs = []
+def processes(tmp_path):
+    """Start processes with PRIMUS_METRICS_PORT set; each is stopped by its PID at the end."""
+    started: list[subprocess.Popen] = []
 
-    def spawn(code: str, *args: str) -> int:
+    def spawn(name: str, args: list[str], ready) -> int:
         port = free_port()
-        procs.append(subprocess.Popen([sys.executable, "-c", code, str(port), *args]))
+        env = {**os.environ, "PRIMUS_METRICS_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        env.pop("LOCAL_RANK", None)
+        log = tmp_path / f"{name}.log"
+        started.append(start(args, log, lambda: _serves(port) and ready(), timeout=180, env=env))
         return port
 
     yield spawn
-    for proc in procs:  # the processes this test started, by PID
-        proc.kill()
-        proc.wait(5)
+    for proc in started:
+        stop(proc)
 
 
-class Recorder:
-    def __init__(self):
-        self.applied = []
+def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(prometheus_server, processes,
+                                                                             tmp_path, monkeypatch):  # fmt: skip
+    import primus_lib.data.dtgg  # noqa: F401 - first: importing primus_lib.data.ledger alone is a circular import
+    from primus_lib.data.ledger import TaskLedger
+    from primus_lib.data.training_queue import TrainingQueue
+    from primus_lib.paths import JobPaths, window_id
 
-    def apply(self, decision):
-        self.applied.append(decision)
+    spec, job = scraped_job(tmp_path, monkeypatch)
+    paths = JobPaths.for_job(job)
 
+    def committed() -> list[str]:
+        return [w.window for w in TrainingQueue(paths.ledger).windows("history")] if paths.ledger.exists() else []
 
-def test_manager_decides_from_a_real_prometheus(prometheus_server, workers, tmp_path):
-    executor_ports = [workers(EXECUTOR, "0.05", "busy"), workers(EXECUTOR, "0.10", "idle"),
-                      workers(EXECUTOR, "0.15", "idle")]  # fmt: skip
-    trainer_port = workers(TRAINER)
-    prometheus_server.add_targets("executors", [f"127.0.0.1:{p}" for p in executor_ports])
-    prometheus_server.add_targets("trainer", [f"127.0.0.1:{trainer_port}"])
-    prometheus_server.wait_for('primus_executor_buffer_utilisation{primus_job="ctr-demo"}', 3)
-    prometheus_server.wait_for('primus_trainer_starved_ratio{primus_job="ctr-demo"}', 1)
-    prometheus_server.wait_for('primus_executor_cpu_used_cores{primus_job="ctr-demo"} > 0.2', 1)
+    # two executor processes, one window each, one after the other (the second sees the first's
+    # window committed and not trained yet: a batch backlog of 1 window of 3)
+    executor_ports, windows = [], [START + timedelta(hours=h) for h in range(2)]
+    for i, at in enumerate(windows):
+        args = [sys.executable, "-m", "tests.scaling.helpers", "executor", str(spec), at.isoformat()]
+        wanted = [window_id(w) for w in windows[: i + 1]]
+        executor_ports.append(processes(f"executor-{i}", args, lambda w=wanted: committed() == w))
+    ledger = TaskLedger(paths.ledger)
+    tasks = {w: [r.task.id for r in ledger.records("history", window_id(w))] for w in windows}
+    n_tasks = sum(len(ids) for ids in tasks.values())
+    assert all(tasks.values())
+    rows = sum(w.rows for w in TrainingQueue(paths.ledger).windows("history"))
 
-    reader = PrometheusReader(prometheus_server.url, "ctr-demo")
+    trainer_port = processes("trainer", [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec),
+                                         "--poll-interval", "0.2"], lambda: True)  # fmt: skip
+
+    prometheus_server.add_targets(f"{JOB}-executors", [f"127.0.0.1:{p}" for p in executor_ports])
+    prometheus_server.add_targets(f"{JOB}-trainer", [f"127.0.0.1:{trainer_port}"])
+    sel = f'primus_job="{JOB}"'
+    series = prometheus_server.wait_for(f"{n.BUFFER_UTILISATION}{{{sel}}}", n_tasks, timeout=60)
+    # every series came from the executor process that ran the task (its scrape target)
+    by_task = {s["metric"]["worker"]: s["metric"]["instance"] for s in series}
+    assert by_task == {t: f"127.0.0.1:{executor_ports[i]}" for i, w in enumerate(windows) for t in tasks[w]}
+    # the trainer trained both windows' rows, then waited a whole reporting interval for the third
+    prometheus_server.wait_for(f"{n.TRAINER_SAMPLES}{{{sel}}} == {rows}", 1, timeout=120)
+    prometheus_server.wait_for(f"{n.TRAINER_STARVED}{{{sel}}} == 1", 1, timeout=60)
+
+    reader = PrometheusReader(prometheus_server.url, JOB)
     snap = reader.snapshot()
-    assert snap.executors == 3
-    assert snap.buffer == pytest.approx(0.10, abs=1e-6)
-    assert snap.trainer_starved == pytest.approx(0.3)
-    assert snap.cpu_cores_max > 0.2  # the busy executor, as psutil measured it
-    assert 10 * 2**20 < snap.memory_bytes_max < 2**30  # a Python process's real RSS
+    # what Prometheus scraped equals what the processes reported: the executors' own snapshot files ...
+    files = TextfileReader(JOB, paths.metrics_dir).snapshot()
+    assert snap.executors == files.executors == n_tasks
+    for field in ("buffer", "cpu", "memory", "cpu_cores_max", "memory_bytes_max", "oom_kills"):
+        assert getattr(snap, field) == pytest.approx(getattr(files, field), rel=1e-9, abs=1e-12), field
+    # ... and the trainer's own /metrics
+    trainer = _scrape(trainer_port)
+    assert snap.trainer_starved == trainer[(n.TRAINER_STARVED, "0")] == 1.0
+    assert snap.trainer_backpressure == trainer[(n.TRAINER_BACKPRESSURE, "0")] == 0.0
+    # the first window's tasks saw no backlog, the second's one committed window of 3 ahead
+    first, second = len(tasks[windows[0]]), len(tasks[windows[1]])
+    assert snap.buffer == pytest.approx(second * (1 / 3) / (first + second))
+    assert 10 * 2**20 < snap.memory_bytes_max < 4 * 2**30  # a real Python process tree's RSS
+    assert 0 < snap.memory < 1  # against the role's 4Gi
     history = reader.usage_history(lookback_seconds=60, step_seconds=1)
     assert history and all(p.memory_bytes > 0 for p in history)
 
-    j = job(role={"replicas": 3, "min_replicas": 1, "max_replicas": 10, "cpu": 1, "memory": "1Gi"})
+    class Recorder:
+        def __init__(self):
+            self.applied = []
+
+        def apply(self, decision):
+            self.applied.append(decision)
+
     actuator = Recorder()
-    manager = ScalingManager(j, reader, actuator, registry=CollectorRegistry())
+    manager = ScalingManager(job, reader, actuator, registry=CollectorRegistry())
     decision = manager.tick()
-    assert decision is not None and decision.policy == "horizontal" and decision.action == "scale_up"
-    assert decision.replicas == 4  # 3 + ceil(3 x 0.3 / 0.7) = 3 + 2, capped by step 0.25 -> +1
-    assert decision.inputs["executors"] == 3 and actuator.applied == [decision]
+    # L_u = 0.8 x buffer (<= 1/6) + 0.1 x cpu + 0.1 x memory < 0.45 and the trainer starves: add;
+    # 4 + ceil(4 x 0.9 / 0.1) capped by step 0.25 of 4 -> +1
+    assert decision is not None and (decision.policy, decision.action) == ("horizontal", "scale_up")
+    assert decision.replicas == 5 and decision.inputs["executors"] == n_tasks == 4
+    assert decision.inputs["trainer_starved"] == 1.0 and actuator.applied == [decision]
 
 
 def test_recording_rules_are_valid():
     import shutil
 
-    from tests.resources.conftest import ROOT
+    from tests.fixtures._require import missing
 
     if shutil.which("promtool") is None:
-        pytest.skip("promtool not installed (Debian prometheus package)")
+        missing("promtool not installed (Debian prometheus package)")
     done = subprocess.run(["promtool", "check", "rules", str(ROOT / "config" / "prometheus" / "primus-rules.yml")],
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and "SUCCESS: 4 rules found" in done.stdout, done.stdout + done.stderr

@@ -40,8 +40,8 @@ class PrimusDataTaskOperator(BaseOperator):
         self.data_task = data_task
 
     def execute(self, context: Any) -> Any:
-        from primus_lib.data.dtgg.task import DataTask
         from primus_lib.data.executor import execute_task
+        from primus_lib.data.task import DataTask
 
         task = DataTask.from_dict(self.data_task)
         self.log.info("data task %s (%s, %d bytes)", task.id, task.uri, task.size)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from primus_lib.data.dtgg.ops import PartitionNotReady, WindowPlan
 from primus_lib.data.dtgg.planner import Planner
-from primus_lib.data.dtgg.task import DataTask
+from primus_lib.data.task import DataTask
 from primus_lib.paths import window_id
 from primus_lib.spec.job import PrimusJob
 

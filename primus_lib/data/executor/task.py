@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from primus_lib.data.dtgg.task import DataTask
 from primus_lib.data.executor.metrics import TaskMetrics
 from primus_lib.data.sources.files import read_task
+from primus_lib.data.task import DataTask
 from primus_lib.durable import write_ipc
 from primus_lib.paths import JobPaths
 from primus_lib.spec.job import PrimusJob
