@@ -1,6 +1,9 @@
 """Several clusters at once: each role goes to the idlest cluster that fits it, and a cluster that
 gets busy gets resources back (its elastic roles shrink toward min_replicas).
 
+Kubernetes clusters are measured from their nodes and pods (kubernetes/capacity.py): a role fits
+when each of its pods fits on some schedulable node; YARN clusters from the RM's queue totals.
+
 The placement (role -> cluster) is kept in JobPaths(...).root/resources/placement.json so another
 process reattaches to the same clusters.
 """
@@ -56,36 +59,48 @@ class MultiClusterBackend(ResourceBackend):
         for name, member in self.members.items():
             member.only = {role for role, where in placed.items() if where == name}
 
+    def capacity(self, name: str):
+        """A Kubernetes member's Capacity (nodes and pods, primus_lib/resources/kubernetes/capacity.py)."""
+        from primus_lib.resources.kubernetes.capacity import capacity
+
+        return capacity(self.members[name].cluster)
+
     def idleness(self, name: str) -> tuple[float, float, float, float]:
         """(free share, free cores, free bytes, total cores) of one cluster."""
         member = self.members[name]
         if hasattr(member, "cluster"):
-            from primus_lib.resources.kubernetes.capacity import capacity
-
-            cap = capacity(member.cluster)
-            if cap is None:
-                return 0.0, 0.0, 0.0, 0.0
+            cap = self.capacity(name)
             return cap.idleness, cap.free_cpu, cap.free_memory, cap.cpu_total
         return member.idleness()
 
+    def _fits(self, name: str, cpu: float, memory: float, replicas: int) -> tuple[bool, float, str]:
+        """(all replicas fit, free share, a description of what is free) for one cluster."""
+        if hasattr(self.members[name], "cluster"):  # Kubernetes: each pod must fit on one node
+            cap = self.capacity(name)
+            biggest = max(cap.nodes, key=lambda n: n.free_cpu, default=None)
+            room = (f"{cap.free_cpu:g} cores, {cap.free_memory / 2**30:.1f} GiB free on {len(cap.nodes)} nodes"
+                    + (f" (at most {biggest.free_cpu:g} cores on one)" if biggest else f" ({cap.source})"))  # fmt: skip
+            return cap.fits(cpu, memory, replicas), cap.idleness, room
+        share, free_cpu, free_mem, _ = self.idleness(name)  # YARN: the queue's totals
+        fits = free_cpu >= cpu * replicas and free_mem >= memory * replicas
+        return fits, share, f"{free_cpu:g} cores, {free_mem / 2**30:.1f} GiB free"
+
     def place(self, role: str) -> str:
-        """The idlest cluster whose free CPU and memory fit all of the role's replicas."""
+        """The idlest cluster where all of the role's replicas fit (on Kubernetes: pod by pod on its nodes)."""
         spec = self.job.spec.resources.roles[role]
-        need_cpu, need_mem = spec.cpu * spec.replicas, spec.memory * spec.replicas
-        options = []
+        options, rooms = [], {}
         for name in self.members:
-            share, cpu, mem, _ = self.idleness(name)
-            if cpu >= need_cpu and mem >= need_mem:
-                options.append((share, cpu, name))
+            fits, share, rooms[name] = self._fits(name, spec.cpu, spec.memory, spec.replicas)
+            if fits:
+                options.append((share, name))
         if not options:
-            free = {n: self.idleness(n)[1:3] for n in self.members}
             raise ResourceError(
-                f"job {self.job.name!r}: role {role!r} needs {need_cpu:g} cores and {need_mem / 2**30:.1f} GiB; "
-                f"no cluster has that free: "
-                + ", ".join(f"{n}: {c:g} cores, {m / 2**30:.1f} GiB" for n, (c, m) in free.items())
+                f"job {self.job.name!r}: role {role!r} needs {spec.replicas} x {spec.cpu:g} cores / "
+                f"{spec.memory / 2**30:.1f} GiB; no cluster fits that: "
+                + "; ".join(f"{n}: {room}" for n, room in rooms.items())
             )
         options.sort(reverse=True)
-        return options[0][2]
+        return options[0][1]
 
     def _where(self, role: str) -> ResourceBackend:
         placed = self.placement()
@@ -166,7 +181,14 @@ class MultiClusterBackend(ResourceBackend):
         changes = []
         placed = self.placement()
         for name, member in self.members.items():
-            share, free_cpu, _, total_cpu = self.idleness(name)
+            kube = hasattr(member, "cluster")
+            if kube:
+                cap = self.capacity(name)
+                share, free_cpu, free_mem = cap.idleness, cap.free_cpu, cap.free_memory
+                total_cpu, total_mem = cap.cpu_total, cap.memory_total
+            else:
+                share, free_cpu, free_mem, total_cpu = self.idleness(name)
+                total_mem = 0.0  # YARN's tuple has no total memory: CPU decides, then the RM is asked again
             if share >= BUSY_IDLENESS:
                 continue
             for role in [r for r, where in placed.items() if where == name]:
@@ -174,15 +196,20 @@ class MultiClusterBackend(ResourceBackend):
                 current = member.role_status(role).desired
                 if current <= spec.min_count:
                     continue
-                if total_cpu:
-                    deficit = BUSY_IDLENESS * total_cpu - free_cpu
-                    release = max(1, math.ceil(deficit / spec.cpu)) if spec.cpu > 0 else 1
-                else:
-                    release = current - spec.min_count
+                release = 1 if total_cpu else current - spec.min_count
+                if total_cpu and spec.cpu > 0:
+                    release = max(release, math.ceil((BUSY_IDLENESS * total_cpu - free_cpu) / spec.cpu - 1e-9))
+                if total_mem and spec.memory > 0:
+                    release = max(release, math.ceil((BUSY_IDLENESS * total_mem - free_mem) / spec.memory - 1e-9))
                 target = max(spec.min_count, current - release)
                 member.scale(role, target)
                 changes.append({"cluster": name, "role": role, "from": current, "to": target, "idleness": share})
-                share, free_cpu, _, total_cpu = self.idleness(name)
+                if kube:  # the controller deletes the released pods a moment later: count them free now
+                    free_cpu += (current - target) * spec.cpu
+                    free_mem += (current - target) * spec.memory
+                    share = min(free_cpu / total_cpu, free_mem / total_mem) if total_cpu and total_mem else 0.0
+                else:
+                    share, free_cpu, free_mem, total_cpu = self.idleness(name)
                 if share >= BUSY_IDLENESS:
                     break
         return changes

@@ -1,4 +1,5 @@
-"""Helpers for the resource tests: a job spec with roles of our own, namespaces, the CRD."""
+"""Helpers for the resource tests: a job spec with roles of our own, namespaces, the CRD, and
+waiting for what the Kubernetes controllers, scheduler and kwok do (tests/fixtures/kube.py)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,66 @@ def new_namespace(api_client, prefix: str = "t") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
     return name
+
+
+def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.2):
+    """Poll ``check()`` until it returns something truthy (and return that); fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"not within {timeout:.0f}s: {what} (last: {last!r})")
+
+
+def pods(api_client, namespace: str, selector: str = "") -> list:
+    """The namespace's pods that are not being deleted."""
+    from kubernetes import client
+
+    items = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in items if p.metadata.deletion_timestamp is None]
+
+
+def running(api_client, namespace: str, selector: str = "", n: int | None = None) -> list:
+    """The pods that a node runs (bound by the scheduler, Running by kwok); with ``n``, wait for exactly n."""
+
+    def now():
+        return [p for p in pods(api_client, namespace, selector) if p.status.phase == "Running" and p.spec.node_name]
+
+    if n is None:
+        return now()
+
+    def exactly():
+        found = now()
+        return found if len(found) == n else None
+
+    return wait_for(f"{n} running pods in {namespace} ({selector or 'all pods'})", exactly)
+
+
+@pytest.fixture
+def kube_namespaces():
+    """new(api_client, prefix, name=None) -> a fresh namespace (``name``: that one), deleted after the
+    test; teardown waits (up to 60 s) until its pods are gone, so the next test finds the nodes free."""
+    from kubernetes import client
+
+    made: list[tuple[object, str]] = []
+
+    def new(api_client, prefix: str = "t", name: str | None = None) -> str:
+        if name is None:
+            name = new_namespace(api_client, prefix)
+        else:
+            client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
+        made.append((api_client, name))
+        return name
+
+    yield new
+    for api_client, name in made:
+        core = client.CoreV1Api(api_client)
+        core.delete_namespace(name)  # terminating: no controller can create pods there any more
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)  # no kubelet to wait for
+    for api_client, name in made:
+        core = client.CoreV1Api(api_client)
+        gone = lambda core=core, name=name: not core.list_namespaced_pod(name).items  # noqa: E731
+        wait_for(f"namespace {name}'s pods gone", gone, timeout=60)

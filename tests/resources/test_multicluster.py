@@ -1,8 +1,8 @@
-"""Placement over two real kube-apiservers (different ports, kubeconfig contexts): each role goes to
-the idlest cluster that fits; a cluster that gets busy gets resources back.
-
-No nodes exist there, so capacity comes from the primus-capacity ConfigMap (docs/resources.md);
-"other tenants" are Pending pods with requests (no scheduler binds them)."""
+"""Placement over two real Kubernetes clusters (tests/fixtures/kube.py): "a" with 2 nodes of 16 cores /
+64 GiB, "b" with 2 nodes of 8 cores / 32 GiB (kwok). Idleness is read from those nodes and the pods
+the scheduler bound to them, in every namespace (primus_lib/resources/kubernetes/capacity.py).
+"Other tenants" are Deployments of other namespaces whose pods the controllers create and the
+scheduler binds. Each role goes to the idlest cluster that fits it; a busy cluster gets resources back."""
 
 from __future__ import annotations
 
@@ -11,35 +11,51 @@ from kubernetes import client
 
 from primus_lib.resources import backend_for
 from primus_lib.resources.base import ResourceError
-from primus_lib.resources.kubernetes.capacity import CAPACITY_CONFIGMAP, capacity
+from primus_lib.resources.kubernetes.capacity import Capacity, NodeRoom, capacity
+from primus_lib.resources.kubernetes.cluster import Cluster
 from primus_lib.resources.multicluster import MultiClusterBackend
-from tests.resources.conftest import apply_crd, make_job, new_namespace
+from tests.resources.conftest import apply_crd, make_job, running, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
-
-
-def set_capacity(api, ns: str, cpu: str, memory: str) -> None:
-    client.CoreV1Api(api).create_namespaced_config_map(ns, {"metadata": {"name": CAPACITY_CONFIGMAP},
-                                                            "data": {"cpu": cpu, "memory": memory}})  # fmt: skip
+pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
+GiB = 2**30
 
 
-def tenant_pod(api, ns: str, name: str, cpu: str, memory: str = "1Gi") -> None:
-    body = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "other:1",
-            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}  # fmt: skip
-    client.CoreV1Api(api).create_namespaced_pod(ns, body)
+def tenant(api, ns: str, replicas: int, cpu: str = "1", memory: str = "1Gi") -> None:
+    """Another tenant's workload (not Primus's): a Deployment whose pods the scheduler binds."""
+    labels = {"app": "tenant"}
+    body = {"metadata": {"name": "tenant"}, "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "other:1",
+            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}  # fmt: skip
+    client.AppsV1Api(api).create_namespaced_deployment(ns, body)
+    running(api, ns, "app=tenant", n=replicas)
+
+
+def wait_empty(api, name: str) -> None:
+    """Earlier tests' pods are gone from the cluster's nodes (their namespaces were deleted)."""
+    cluster = Cluster(api, "default", name)
+    wait_for(f"cluster {name}'s nodes free of earlier pods", lambda: capacity(cluster).cpu_requested < 0.01)
+
+
+def test_fits_counts_pods_per_node_not_the_cluster_total():
+    nodes = (NodeRoom("n0", 16, 64 * GiB, 110, cpu_used=4), NodeRoom("n1", 16, 64 * GiB, 110, cpu_used=12))
+    cap = Capacity(32, 128 * GiB, 16, 0, "test", nodes)
+    assert cap.free_cpu == 16 and cap.idleness == pytest.approx(0.5)
+    assert cap.fits(12, GiB) and not cap.fits(13, GiB)  # 16 cores free, but at most 12 on one node
+    assert cap.fits(4, GiB, replicas=4) and not cap.fits(4, GiB, replicas=5)
+    assert not cap.fits(1, 65 * GiB)
 
 
 def test_roles_go_to_the_idlest_cluster_that_fits_and_busy_clusters_get_resources_back(
-    kube_apiserver, kube_apiserver_b, job_env
+    kube_apiserver, kube_apiserver_b, job_env, kube_namespaces
 ):
     a, b = kube_apiserver.client(), kube_apiserver_b.client()
-    for api in (a, b):
+    for api, name in ((a, "a"), (b, "b")):
         apply_crd(api)
-    ns = new_namespace(a, "mc")
-    client.CoreV1Api(b).create_namespace({"metadata": {"name": ns}})
-    set_capacity(a, ns, "32", "128Gi")
-    set_capacity(b, ns, "16", "64Gi")
-    tenant_pod(a, ns, "tenant-1", "8")  # a: 24 of 32 cores free (75%), b: 16 of 16 (100%)
+        wait_empty(api, name)
+    ns = kube_namespaces(a, "mc")
+    kube_namespaces(b, name=ns)
+    tenants_a, tenants_b = kube_namespaces(a, "tenants"), kube_namespaces(b, "tenants")
+    tenant(a, tenants_a, 8)  # a: 24 of 32 cores free (75%), b: 16 of 16 (100%)
     clusters = [
         {"name": "a", "backend": "kubernetes", "kubeconfig": kube_apiserver.kubeconfig, "context": "a", "namespace": ns},
         {"name": "b", "backend": "kubernetes", "kubeconfig": kube_apiserver_b.kubeconfig, "context": "b", "namespace": ns},
@@ -54,31 +70,42 @@ def test_roles_go_to_the_idlest_cluster_that_fits_and_busy_clusters_get_resource
     backend = backend_for(job)
     assert isinstance(backend, MultiClusterBackend)
     backend.submit()
-    # stream executors (8 cores) -> b (idlest, 100%); then b is 50% free, a 75% -> the trainer goes to a
+    # stream executors (8 cores) -> b (idlest, 100%); their pods, not bound yet, count on paper: b is then
+    # 50% free, a 75% -> the trainer goes to a
     assert backend.placement() == {"stream_executor": "b", "trainer": "a"}
     assert client.AppsV1Api(b).read_namespaced_stateful_set("ctr-demo-stream-executor", ns).spec.replicas == 4
     assert client.BatchV1Api(a).read_namespaced_job("ctr-demo-trainer", ns).spec.parallelism == 1
     assert client.AppsV1Api(a).list_namespaced_stateful_set(ns).items == []
+    on_b = running(b, ns, "primus.dev/role=stream-executor", n=4)
+    assert {p.spec.node_name for p in on_b} <= {n.name for n in kube_apiserver_b.nodes}
+    running(a, ns, "primus.dev/role=trainer", n=1)
     cap_b = capacity(backend.members["b"].cluster)
-    assert cap_b.source == f"configmap/{CAPACITY_CONFIGMAP}" and cap_b.cpu_requested == 8
+    assert cap_b.cpu_total == 16 and cap_b.cpu_requested == 8 and cap_b.idleness == pytest.approx(0.5)
+    assert cap_b.source.startswith("2 of 2 nodes schedulable")
+    cap_a = capacity(backend.members["a"].cluster)
+    assert cap_a.cpu_requested == 16 and cap_a.memory_requested == 8 * GiB + 16 * GiB  # tenants + trainer
 
     # another process reattaches to the same placement
     again = backend_for(job)
     assert again.placement() == backend.placement()
     assert again.status().roles["stream_executor"].cluster == "b"
+    assert again.status().phase == "Running"
 
-    # b gets busy: another tenant asks for 7 of its 16 cores -> only 1 core free (6%)
-    tenant_pod(b, ns, "tenant-2", "7")
+    # b gets busy: another tenant's 7 pods of 1 core -> only 1 of its 16 cores free (6%)
+    tenant(b, tenants_b, 7)
     changes = again.rebalance()
     assert changes == [
         {"cluster": "b", "role": "stream_executor", "from": 4, "to": 3, "idleness": pytest.approx(1 / 16)}
     ]
     assert client.AppsV1Api(b).read_namespaced_stateful_set("ctr-demo-stream-executor", ns).spec.replicas == 3
+    running(b, ns, "primus.dev/role=stream-executor", n=3)  # the StatefulSet controller removed one pod
+    assert capacity(backend.members["b"].cluster).free_cpu == 3
     assert again.rebalance() == []  # 3 of 16 cores free (19%): not busy any more
 
     # a role that fits nowhere is refused with the numbers
     big = make_job(
-        {**roles, "trainer": {**roles["trainer"], "cpu": 64}}, backend="kubernetes", name="big", clusters=clusters
+        {**roles, "trainer": {**roles["trainer"], "cpu": 17}}, backend="kubernetes", name="big", clusters=clusters
     )
-    with pytest.raises(ResourceError, match="needs 64 cores"):
+    with pytest.raises(ResourceError, match=r"needs 1 x 17 cores") as err:
         MultiClusterBackend(big).place("trainer")
+    assert "at most" in str(err.value)

@@ -1,5 +1,6 @@
-"""config/rbac/ against the real apiserver: a token of the controller's ServiceAccount (TokenRequest
-API) runs a job, and is denied what it must not do."""
+"""config/rbac/ against a real control plane: a token of the controller's ServiceAccount (TokenRequest
+API) runs a job - the controllers, scheduler and kwok bring its pods up - measures the cluster's
+idleness from its nodes and pods, and is denied what it must not do."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
+from primus_lib.resources.kubernetes.capacity import capacity
 from primus_lib.resources.kubernetes.cluster import Cluster
-from tests.resources.conftest import ROOT, apply_crd, new_namespace
-from tests.resources.test_kubernetes import k8s_job, simulate_statefulset_ready
+from tests.resources.conftest import ROOT, apply_crd
+from tests.resources.test_kubernetes import k8s_job, started
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
+pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 def apply_rbac(api, namespace: str) -> None:
@@ -58,21 +60,24 @@ def denied(call) -> bool:
     return False
 
 
-def test_controller_service_account_can_run_a_job_and_nothing_more(kube_apiserver, job_env):
-    admin = kube_apiserver.client()
+def test_controller_service_account_can_run_a_job_and_nothing_more(kube_cluster, job_env, kube_namespaces):
+    admin = kube_cluster.client()
     apply_crd(admin)
-    ns, other = new_namespace(admin), new_namespace(admin)
+    ns, other = kube_namespaces(admin), kube_namespaces(admin)
     apply_rbac(admin, ns)
     token = service_account_token(admin, ns)
-    api = kube_apiserver.client(token)
+    api = kube_cluster.client(token)
 
     backend = KubernetesBackend(k8s_job(), cluster=Cluster(api, ns))
     backend.submit()
-    simulate_statefulset_ready(KubernetesBackend(k8s_job(), cluster=Cluster(admin, ns)), "stream_executor", 2)
-    assert backend.reconcile().phase == "Running"  # created the trainer Job, patched the CR status
+    assert started(backend).phase == "Running"  # waited for the pods, created the trainer Job, wrote the CR status
     backend.scale("stream_executor", 3)
     backend.resize("stream_executor", cpu=2)
-    assert client.CoreV1Api(api).list_node().items == []  # allowed (cluster-wide read of nodes)
+    # cluster-wide reads for idleness (cluster-role.yaml): the nodes and every namespace's pods
+    assert {n.metadata.name for n in client.CoreV1Api(api).list_node().items} == {n.name for n in kube_cluster.nodes}
+    cap = capacity(Cluster(api, ns))
+    assert cap.cpu_total == 32 and cap.source == "2 of 2 nodes schedulable; pods of all namespaces"
+    assert cap.cpu_requested >= 2 + 3 * 1  # the trainer and (at least) the executors as they roll to 2 cores
 
     core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
@@ -81,10 +86,11 @@ def test_controller_service_account_can_run_a_job_and_nothing_more(kube_apiserve
     assert denied(lambda: core.connect_post_namespaced_pod_exec("p", ns, command="sh"))
     assert denied(lambda: apps.create_namespaced_stateful_set(other, backend.workload("stream_executor", None)))
     assert denied(lambda: core.delete_namespace(other))
-    assert denied(lambda: core.patch_node("n", {"metadata": {"labels": {"x": "y"}}}))
+    assert denied(lambda: core.patch_node(kube_cluster.nodes[0].name, {"metadata": {"labels": {"x": "y"}}}))
+    assert denied(lambda: core.patch_namespaced_pod_status("ctr-demo-stream-executor-0", ns, {"status": {}}))
     binding = {"metadata": {"name": "escalate"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                "name": "cluster-admin"}, "subjects": [{"kind": "ServiceAccount", "name": "primus-controller", "namespace": ns}]}  # fmt: skip
     assert denied(lambda: rbac.create_namespaced_role_binding(ns, binding))
     # the workload identity has no rights at all
-    workload = kube_apiserver.client(service_account_token(admin, ns, "primus-workload"))
+    workload = kube_cluster.client(service_account_token(admin, ns, "primus-workload"))
     assert denied(lambda: client.CoreV1Api(workload).list_namespaced_pod(ns))

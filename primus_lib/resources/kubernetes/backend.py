@@ -2,11 +2,13 @@
 
 The PrimusJob custom resource is the job's record (spec = desired roles, status = phase and
 roles); its workloads carry ownerReferences to it. Start order: a wave of roles is created when
-every role of the previous waves is ready (readyReplicas / active pods). Failover: the Job
+every role of the previous waves is ready (all its pods Running and Ready on a node). A pod the
+scheduler finds no node for stays Pending; status() names it and the scheduler's reason. Failover: the Job
 controller restarts failed trainer pods up to backoffLimit = max_restarts x replicas; a
 StatefulSet's pod restarting more than max_restarts times fails its role (and the job if critical).
 Resize patches the pod templates (a rolling update); a Job's template is immutable, so a trainer
-resize or a scale-up past its completions recreates the Job (the trainer resumes from its checkpoint).
+resize or a scale-up past its completions recreates the Job once the old one's pods are gone
+(foreground deletion; the trainer resumes from its checkpoint).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from primus_lib.spec.job import PrimusJob
 
 MERGE = {"_content_type": "application/merge-patch+json"}
 JSON_PATCH = {"_content_type": "application/json-patch+json"}
-RECREATE_TIMEOUT_SECONDS = 30.0
+RECREATE_TIMEOUT_SECONDS = 60.0
 
 
 def _not_found(exc: Exception) -> bool:
@@ -33,6 +35,18 @@ def _not_found(exc: Exception) -> bool:
 
 def _conflict(exc: Exception) -> bool:
     return getattr(exc, "status", None) == 409
+
+
+def _condition(pod, kind: str) -> str | None:
+    return next((c.status for c in pod.status.conditions or [] if c.type == kind), None)
+
+
+def _unschedulable(pod) -> str:
+    """The scheduler's reason when it found no node for the pod ("0/2 nodes are available: ..."), else ""."""
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            return c.message or "Unschedulable"
+    return ""
 
 
 class KubernetesBackend(ResourceBackend):
@@ -172,10 +186,10 @@ class KubernetesBackend(ResourceBackend):
             raise
         return self.cluster.api.sanitize_for_serialization(obj)
 
-    def pod_restarts(self, role: str) -> int:
+    def pods(self, role: str) -> list:
+        """The role's pods (any revision), as the controllers created them."""
         selector = ",".join(f"{k}={v}" for k, v in m.labels(self.job, role).items())
-        pods = self.cluster.core.list_namespaced_pod(self.ns, label_selector=selector).items
-        return max([sum(cs.restart_count for cs in (p.status.container_statuses or [])) for p in pods] or [0])
+        return self.cluster.core.list_namespaced_pod(self.ns, label_selector=selector).items
 
     def role_status(self, role: str) -> RoleStatus:
         spec = self.job.spec.resources.roles[role]
@@ -189,23 +203,32 @@ class KubernetesBackend(ResourceBackend):
         status.started = True
         kind, body, st = obj["kind"], obj["spec"], obj.get("status") or {}
         if kind == "StatefulSet":
-            status.desired, status.running = body["replicas"], st.get("readyReplicas", 0)
+            status.desired = body["replicas"]
             container = body["template"]["spec"]["containers"][0]
         elif kind == "Job":
-            status.desired, status.running = body["parallelism"], st.get("active", 0)
-            status.succeeded, status.failed = st.get("succeeded", 0), st.get("failed", 0)
+            status.desired, status.succeeded = body["parallelism"], st.get("succeeded", 0)
             container = body["template"]["spec"]["containers"][0]
         else:  # PyTorchJob
             specs = body["pytorchReplicaSpecs"]
             status.desired = sum(s["replicas"] for s in specs.values())
-            status.running = sum(v.get("active", 0) for v in (st.get("replicaStatuses") or {}).values())
             container = specs["Master"]["template"]["spec"]["containers"][0]
         from primus_lib.spec.units import parse_quantity
 
         requests = container.get("resources", {}).get("requests", {})
         status.cpu = parse_quantity(requests.get("cpu", spec.cpu))
         status.memory = parse_quantity(requests.get("memory", spec.memory))
-        status.restarts = self.pod_restarts(role)
+        pods = [p for p in self.pods(role) if p.metadata.deletion_timestamp is None]
+        # running = pods a node runs and reports Ready (kubelet; kwok in the tests)
+        status.running = sum(1 for p in pods if p.status.phase == "Running" and _condition(p, "Ready") == "True")
+        status.restarts = max(
+            [sum(cs.restart_count for cs in (p.status.container_statuses or [])) for p in pods] or [0]
+        )
+        if kind == "Job":  # each failed pod was replaced by the Job controller (until backoffLimit: Failed below)
+            status.restarts = max(status.restarts, st.get("failed", 0))
+        unschedulable = [p for p in pods if p.status.phase == "Pending" and _unschedulable(p)]
+        if unschedulable:
+            reason = _unschedulable(unschedulable[0])
+            status.note = f"{len(unschedulable)} pod(s) Pending, unschedulable: {reason}"
         if kind == "StatefulSet" and status.restarts > spec.max_restarts:
             status.failed = 1
             status.note = f"a pod restarted {status.restarts} times (> max_restarts {spec.max_restarts})"
@@ -240,7 +263,11 @@ class KubernetesBackend(ResourceBackend):
         if recorded in ("Succeeded", "Failed"):
             return JobStatus(self.job.name, recorded, roles, (cr.get("status") or {}).get("message", ""))
         started = [r for r in roles.values() if r.started or not self.runnable(r.name)]
-        return JobStatus(self.job.name, "Running" if len(started) == len(roles) else "Pending", roles)
+        waiting = {n: r for n, r in roles.items() if "unschedulable" in r.note}
+        message = "; ".join(f"role {n!r}: {r.note}" for n, r in waiting.items())
+        stuck = any(r.running == 0 for r in waiting.values())  # a role with no pod running at all
+        phase = "Running" if len(started) == len(roles) and not stuck else "Pending"
+        return JobStatus(self.job.name, phase, roles, message)
 
     def reconcile(self) -> JobStatus:
         """Create the next wave of roles when the previous ones are ready; settle terminal phases."""
@@ -328,7 +355,9 @@ class KubernetesBackend(ResourceBackend):
             "trainer", obj["metadata"].get("ownerReferences", [{}])[0].get("uid"), replicas, cpu, memory
         )
         name = obj["metadata"]["name"]
-        self.cluster.batch.delete_namespaced_job(name, self.ns, propagation_policy="Background")
+        # Foreground: the Job object lasts until the garbage collector has deleted its pods, so the new
+        # Job's pods never meet the old ones (two trainers with one rank) or their resources.
+        self.cluster.batch.delete_namespaced_job(name, self.ns, propagation_policy="Foreground")
         deadline = time.monotonic() + RECREATE_TIMEOUT_SECONDS
         while True:
             try:
