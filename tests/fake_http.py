@@ -1,6 +1,6 @@
-"""A FAKE HTTP layer for client tests where no real server exists here (YARN ResourceManager) or
-is too heavy for a unit test: a requests transport adapter that records every request and answers
-from a handler. Tests using it check request construction, not a server's behaviour."""
+"""A FAKE HTTP layer for unit tests where a real server is too heavy: a requests transport adapter
+that records every request and answers from a handler. Tests using it check request construction,
+not a server's behaviour; each real server has its own integration tests (docs/status.md)."""
 
 from __future__ import annotations
 

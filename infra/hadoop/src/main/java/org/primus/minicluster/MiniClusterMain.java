@@ -94,9 +94,21 @@ public final class MiniClusterMain {
       System.exit(1);
     }
     stopRequested.await();
-    main.stop();
-    System.exit(0);
+    // MiniYARNCluster.stop() can hang on threads it never joins (seen: 30 s and more after
+    // "stopping"): give it a bounded time, then end the JVM without running the hooks again.
+    Thread stopper = new Thread(main::stop, "minicluster-stop");
+    stopper.setDaemon(true);
+    stopper.start();
+    stopper.join(STOP_GRACE_MS);
+    if (stopper.isAlive()) {
+      log("stop did not finish within " + STOP_GRACE_MS + " ms; halting");
+    }
+    System.out.flush();
+    System.err.flush();
+    Runtime.getRuntime().halt(0);
   }
+
+  private static final long STOP_GRACE_MS = 10_000;
 
   static String usage() {
     return "usage: MiniClusterMain [--dfs] [--yarn] [--nodemanagers N] [--datanodes N] [--nm-vcores V]"

@@ -1,0 +1,137 @@
+"""The ResourceManager (and NodeManager) REST calls the YARN backend needs, and the
+application-submission-context it sends (Hadoop 3 Cluster Applications API, /ws/v1/cluster)."""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import shlex
+from urllib.parse import urlsplit
+
+import requests
+
+from primus_lib.resources.base import ResourceError
+from primus_lib.resources.yarn.ipc import encode_command
+
+APP_TYPE = "PRIMUS"
+LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+MIB = 2**20
+AM_MODULE = "primus_lib.resources.yarn.am"
+DEFAULT_SCHEDULER_PORT = 8030
+
+
+class YarnClient:
+    """A client of one ResourceManager's REST API (``url`` = http://HOST:PORT of the RM web app).
+
+    ``user`` is sent as ``user.name`` (Hadoop's pseudo authentication, which an RM with simple
+    auth and no anonymous access requires for writes): PRIMUS_YARN_USER, else the OS user."""
+
+    def __init__(self, url: str, session: requests.Session | None = None, timeout: float = 30.0,
+                 user: str | None = None) -> None:  # fmt: skip
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.user = user or os.environ.get("PRIMUS_YARN_USER") or getpass.getuser()
+        self.session = session or requests.Session()
+        self._conf: dict[str, str | None] = {}
+
+    def _request(self, method: str, url: str, what: str, **kwargs) -> requests.Response:
+        params = kwargs.pop("params", {}) or {}
+        if self.user:
+            params["user.name"] = self.user
+        try:
+            reply = self.session.request(method, url, params=params, timeout=self.timeout,
+                                         headers={"Accept": "application/json"}, **kwargs)  # fmt: skip
+        except requests.RequestException as exc:
+            raise ResourceError(f"YARN {what}: {method} {url} failed: {exc}") from exc
+        if reply.status_code >= 400:
+            raise ResourceError(f"YARN {what}: {method} {url} answered {reply.status_code}: {reply.text[:300]}")
+        return reply
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        reply = self._request(method, f"{self.url}/ws/v1/cluster{path}", f"RM {self.url}", **kwargs)
+        try:
+            return reply.json() if reply.content else {}
+        except ValueError:  # some calls (container signals) answer with no JSON body
+            return {}
+
+    # -- applications ---------------------------------------------------------------------------
+    def new_application(self) -> dict:
+        """{"application-id": ..., "maximum-resource-capability": {"memory": MB, "vCores": n}}."""
+        return self._call("POST", "/apps/new-application")
+
+    def submit(self, context: dict) -> None:
+        self._call("POST", "/apps", json=context)
+
+    def apps(self, tag: str) -> list[dict]:
+        """Applications of type PRIMUS carrying ``tag`` (the RM matches ANY of several tags, so one)."""
+        body = self._call("GET", "/apps", params={"applicationTags": tag, "applicationTypes": APP_TYPE})
+        return ((body.get("apps") or {}).get("app")) or []
+
+    def app(self, app_id: str) -> dict:
+        return self._call("GET", f"/apps/{app_id}")["app"]
+
+    def attempts(self, app_id: str) -> list[dict]:
+        body = self._call("GET", f"/apps/{app_id}/appattempts")
+        return ((body.get("appAttempts") or {}).get("appAttempt")) or []
+
+    def attempt_containers(self, app_id: str, attempt_id: str) -> list[dict]:
+        body = self._call("GET", f"/apps/{app_id}/appattempts/{attempt_id}/containers")
+        found = body.get("container") or (body.get("containers") or {}).get("container") or []
+        return found if isinstance(found, list) else [found]
+
+    def kill(self, app_id: str) -> None:
+        self._call("PUT", f"/apps/{app_id}/state", json={"state": "KILLED"})
+
+    def signal_container(self, container_id: str, command: str = "FORCEFUL_SHUTDOWN") -> None:
+        """OUTPUT_THREAD_DUMP | GRACEFUL_SHUTDOWN (SIGTERM) | FORCEFUL_SHUTDOWN (SIGKILL)."""
+        self._call("POST", f"/containers/{container_id}/signal/{command}")
+
+    def metrics(self) -> dict:
+        return self._call("GET", "/metrics")["clusterMetrics"]
+
+    def node_container(self, node_http_address: str, container_id: str) -> dict:
+        """The NodeManager's view of a container (state, totalMemoryNeededMB, totalVCoresNeeded)."""
+        base = node_http_address if "://" in node_http_address else f"http://{node_http_address}"
+        reply = self._request("GET", f"{base}/ws/v1/node/containers/{container_id}", f"NM {base}")
+        return reply.json()["container"]
+
+    # -- configuration --------------------------------------------------------------------------
+    def conf(self, name: str) -> str | None:
+        """One value of the RM's configuration from its /conf servlet, or None where it is not served."""
+        if name not in self._conf:
+            try:
+                reply = self.session.get(f"{self.url}/conf", params={"name": name}, timeout=self.timeout,
+                                         headers={"Accept": "application/json"})  # fmt: skip
+                prop = reply.json().get("property") if reply.ok else None
+                self._conf[name] = prop.get("value") if isinstance(prop, dict) else None
+            except (requests.RequestException, ValueError):
+                self._conf[name] = None
+        return self._conf[name]
+
+    def scheduler_address(self) -> str:
+        """host:port of the RM's ApplicationMasterService (yarn.resourcemanager.scheduler.address), where
+        the AM registers; a wildcard or missing host becomes the RM web app's host."""
+        rm_host = urlsplit(self.url).hostname or "127.0.0.1"
+        value = self.conf("yarn.resourcemanager.scheduler.address") or f"{rm_host}:{DEFAULT_SCHEDULER_PORT}"
+        host, _, port = value.rpartition(":")
+        if host in ("", "0.0.0.0", "::"):
+            host = rm_host
+        return f"{host}:{port}"
+
+
+def submission_context(app_id: str, name: str, command: list[str], cpu: float, memory: float, queue: str,
+                       tags: list[str], env: dict[str, str], attempts: int, python: str) -> dict:  # fmt: skip
+    """The application-submission-context (Cluster Applications API): the AM container runs our AM
+    (primus_lib.resources.yarn.am), which registers with the RM and runs ``command`` as its child."""
+    env = {**env, "PRIMUS_YARN_COMMAND": encode_command(command)}
+    am = f"{shlex.quote(python)} -m {AM_MODULE} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    return {
+        "application-id": app_id, "application-name": name, "application-type": APP_TYPE, "queue": queue,
+        "am-container-spec": {
+            "commands": {"command": am},
+            "environment": {"entry": [{"key": k, "value": v} for k, v in sorted(env.items())]},
+        },
+        "resource": {"memory": int(math.ceil(memory / MIB)), "vCores": max(1, int(math.ceil(cpu)))},
+        "max-app-attempts": attempts, "keep-containers-across-application-attempts": False,
+        "unmanaged-AM": False, "application-tags": {"tag": tags},
+    }  # fmt: skip
