@@ -2,7 +2,8 @@
 
 Layout under ``JobPaths.root``::
 
-    ledger.sqlite                      data tasks and the training queue (data driver)
+    ledger.sqlite                      data tasks and the training queue (data driver), unless
+                                       spec.storage.database names a PostgreSQL database
     windows/<stream>/<window-id>/      committed shards of one window: manifest.json + part-*.arrow
     trainer/progress.json              what the trainer consumed, with per-window metrics
     trainer/checkpoints/               model + optimizer + data position
@@ -12,11 +13,15 @@ Layout under ``JobPaths.root``::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from primus_lib.spec.job import PrimusJob
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 WINDOW_ID_FORMAT = "%Y%m%dT%H%M%SZ"
 
@@ -44,13 +49,20 @@ def jobs_root(job: PrimusJob) -> Path:
 @dataclass(frozen=True)
 class JobPaths:
     root: Path
+    database: str | None = field(default=None, repr=False)  # spec.storage.database: holds a password
 
     @classmethod
     def for_job(cls, job: PrimusJob) -> JobPaths:
-        return cls(jobs_root(job) / job.name)
+        return cls(jobs_root(job) / job.name, job.spec.storage.database)
 
     @property
-    def ledger(self) -> Path:
+    def ledger(self) -> Path | URL:
+        """Where the task ledger and the training queue live: the PostgreSQL database the spec
+        names (a SQLAlchemy URL, whose str and repr mask the password), else the job's SQLite file."""
+        if self.database:
+            from sqlalchemy.engine import make_url  # only jobs with a database pay for the import
+
+            return make_url(self.database)
         return self.root / "ledger.sqlite"
 
     def window_dir(self, stream: str, start: datetime) -> Path:

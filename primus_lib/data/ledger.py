@@ -1,41 +1,46 @@
 """The data driver's task ledger: planned windows and the state of every batch data task.
 
-Persisted in the job's ``ledger.sqlite`` (tables ``data_windows``, ``data_tasks``,
-``data_executors``, ``stream_tasks``; the TrainingQueue shares the file), so a restarted
-planner does not re-plan and a restarted driver knows what is left. Batch tasks move
+Persisted in the job's database (``primus_lib.data.db``: the job's ``ledger.sqlite``, or the
+PostgreSQL database of ``spec.storage.database``; tables ``data_windows``, ``data_tasks``,
+``data_executors``, ``stream_tasks``; the TrainingQueue shares it), so a restarted planner does
+not re-plan and a restarted driver knows what is left. Batch tasks move
 pending -> running -> succeeded | failed; a failed attempt, or one whose executor died
 (heartbeat timeout or an explicit release), goes back to pending until ``max_attempts``.
 Stream tasks (topic-partitions) are only assigned to an executor or not.
+
+Concurrent writers (several planners, executors in many processes or machines): SQLite
+serializes them (``BEGIN IMMEDIATE``); on PostgreSQL a claim locks the task it takes and skips
+those other claimers hold (``FOR UPDATE SKIP LOCKED``), every state change is conditional on the
+state it expects, and a window is planned once (``ON CONFLICT DO NOTHING`` on ``data_windows``).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
+from sqlalchemy import Connection, case, func, or_, select, update
+
+from primus_lib.data.db import (
+    Location,
+    as_location,
+    data_executors,
+    data_tasks,
+    data_windows,
+    insert_many,
+    insert_missing,
+    open_database,
+    shown,
+    stream_tasks,
+    transaction,
+    upsert,
+)
 from primus_lib.data.task import DataTask
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "pending", "running", "succeeded", "failed"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS data_windows (
-    stream TEXT NOT NULL, window TEXT NOT NULL, tasks INTEGER NOT NULL, planned_at REAL NOT NULL,
-    PRIMARY KEY (stream, window));
-CREATE TABLE IF NOT EXISTS data_tasks (
-    id TEXT PRIMARY KEY, stream TEXT NOT NULL, window TEXT NOT NULL, source TEXT NOT NULL,
-    seq INTEGER NOT NULL, body TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-    executor TEXT, error TEXT, output TEXT, updated REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS data_tasks_order ON data_tasks (state, stream, window, seq);
-CREATE TABLE IF NOT EXISTS data_executors (id TEXT PRIMARY KEY, heartbeat REAL NOT NULL, alive INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS stream_tasks (
-    stream TEXT NOT NULL, partition TEXT NOT NULL, executor TEXT, assigned_at REAL,
-    PRIMARY KEY (stream, partition));
-"""
+T, EX = data_tasks.c, data_executors.c
 
 
 @dataclass(frozen=True)
@@ -49,33 +54,18 @@ class TaskRecord:
 
 
 class TaskLedger:
-    def __init__(self, path: Path, max_attempts: int = 3, heartbeat_timeout: float = 60.0):
-        self.path = Path(path)
+    def __init__(self, path: Location, max_attempts: int = 3, heartbeat_timeout: float = 60.0):
+        """``path``: the SQLite file, or the URL of the job's PostgreSQL database (``JobPaths.ledger``)."""
+        self.path = as_location(path)
         self.max_attempts = max_attempts
         self.heartbeat_timeout = heartbeat_timeout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-        finally:
-            db.close()
+        self.engine = open_database(self.path)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    def __repr__(self) -> str:
+        return f"TaskLedger({shown(self.path)})"  # no password
+
+    def _tx(self, write: bool = True):
+        return transaction(self.engine, write=write)
 
     # -- planning (the Sink of the DTGG writes here) -------------------------------------
     def add_window(self, stream: str, window: str, tasks: Iterable[DataTask]) -> bool:
@@ -84,183 +74,169 @@ class TaskLedger:
 
     def add_windows(self, stream: str, windows: list[tuple[str, list[DataTask]]]) -> int:
         """Record several planned windows in one transaction (the Sink of a planning chunk);
-        windows already planned are skipped. Returns how many were added."""
+        windows already planned (also by a concurrent planner) are skipped. Returns how many were added."""
         now = time.time()
-        added = 0
         with self._tx() as db:
-            done = {r[0] for r in db.execute("SELECT window FROM data_windows WHERE stream=?", (stream,))}
+            done = set(db.scalars(select(data_windows.c.window).where(data_windows.c.stream == stream)))
+            fresh: dict[str, list[DataTask]] = {}
             for window, tasks in windows:
-                if window in done:
-                    continue
-                db.executemany(
-                    "INSERT INTO data_tasks (id, stream, window, source, seq, body, state, updated) VALUES (?,?,?,?,?,?,?,?)",
-                    [(t.id, stream, window, t.source, i, t.to_json(), PENDING, now) for i, t in enumerate(tasks)],
-                )
-                db.execute("INSERT INTO data_windows VALUES (?,?,?,?)", (stream, window, len(tasks), now))
-                done.add(window)
-                added += 1
-        return added
+                if window not in done:
+                    fresh.setdefault(window, tasks)
+            if not fresh:
+                return 0
+            planned = [{"stream": stream, "window": w, "tasks": len(t), "planned_at": now} for w, t in fresh.items()]
+            added = insert_missing(db, data_windows, sorted(planned, key=lambda r: r["window"]), "window")
+            insert_many(
+                db, data_tasks, [_row(stream, w, i, t, now) for w in sorted(added) for i, t in enumerate(fresh[w])]
+            )
+        return len(added)
 
     def tasks_by_window(self, stream: str, windows: list[str]) -> dict[str, list[DataTask]]:
         """The planned tasks of several windows in one query (cached task lists)."""
         if not windows:
             return {}
         out: dict[str, list[DataTask]] = {w: [] for w in windows}
-        with self._tx() as db:
-            rows = db.execute(
-                "SELECT window, body FROM data_tasks WHERE stream=? AND window BETWEEN ? AND ? ORDER BY window, seq",
-                (stream, min(windows), max(windows)),
-            ).fetchall()
+        query = select(T.window, T.body).where(T.stream == stream, T.window.between(min(windows), max(windows)))
+        with self._tx(write=False) as db:
+            rows = db.execute(query.order_by(T.window, T.seq)).all()
         for window, body in rows:
             if window in out:
                 out[window].append(DataTask.from_json(body))
         return out
 
     def planned(self, stream: str, window: str) -> bool:
-        with self._tx() as db:
-            return (
-                db.execute("SELECT 1 FROM data_windows WHERE stream=? AND window=?", (stream, window)).fetchone()
-                is not None
-            )
+        query = select(1).where(data_windows.c.stream == stream, data_windows.c.window == window)
+        with self._tx(write=False) as db:
+            return db.execute(query).first() is not None
 
     def planned_windows(self, stream: str) -> list[str]:
-        with self._tx() as db:
-            return [
-                r[0] for r in db.execute("SELECT window FROM data_windows WHERE stream=? ORDER BY window", (stream,))
-            ]
+        query = select(data_windows.c.window).where(data_windows.c.stream == stream).order_by(data_windows.c.window)
+        with self._tx(write=False) as db:
+            return list(db.scalars(query))
 
     def tasks(self, stream: str, window: str, source: str | None = None) -> list[DataTask]:
         return [r.task for r in self.records(stream, window, source)]
 
     def records(self, stream: str, window: str | None = None, source: str | None = None) -> list[TaskRecord]:
-        query, args = _filtered(
-            "SELECT body, state, attempts, executor, error, output FROM data_tasks WHERE stream=?",
-            [stream],
-            window=window,
-            source=source,
+        query = select(T.body, T.state, T.attempts, T.executor, T.error, T.output).where(
+            T.stream == stream, *_filters(window=window, source=source)
         )
-        with self._tx() as db:
-            rows = db.execute(query + " ORDER BY window, seq", args).fetchall()
+        with self._tx(write=False) as db:
+            rows = db.execute(query.order_by(T.window, T.seq)).all()
         return [
             TaskRecord(DataTask.from_json(b), s, a, e, err, json.loads(o) if o else None) for b, s, a, e, err, o in rows
         ]
 
     def counts(self, stream: str | None = None) -> dict[str, int]:
-        query, args = "SELECT state, COUNT(*) FROM data_tasks", []
-        if stream is not None:
-            query, args = query + " WHERE stream=?", [stream]
-        with self._tx() as db:
-            found = dict(db.execute(query + " GROUP BY state", args).fetchall())
+        query = select(T.state, func.count()).where(*_filters(stream=stream)).group_by(T.state)
+        with self._tx(write=False) as db:
+            found = dict(db.execute(query).tuples().all())
         return {state: found.get(state, 0) for state in (PENDING, RUNNING, SUCCEEDED, FAILED)}
 
     # -- executing ---------------------------------------------------------------------
     def heartbeat(self, executor: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO data_executors VALUES (?, ?, 1)", (executor, time.time()))
+            upsert(db, data_executors, id=executor, heartbeat=time.time(), alive=1)
 
     def claim(self, executor: str, stream: str | None = None, window: str | None = None) -> DataTask | None:
-        """Hand the oldest pending task (time order) to ``executor``; None when none is pending."""
-        query, args = _filtered(
-            "SELECT id, body FROM data_tasks WHERE state=?", [PENDING], stream=stream, window=window
+        """Hand the oldest pending task (time order) to ``executor``; None when none is pending.
+        Concurrent claimers never get the same task: on PostgreSQL each locks the row it takes
+        and skips rows locked by the others."""
+        query = (
+            select(T.id, T.body)
+            .where(T.state == PENDING, *_filters(stream=stream, window=window))
+            .order_by(T.window, T.seq)
+            .limit(1)
+            .with_for_update(skip_locked=True)  # SQLite: no-op, BEGIN IMMEDIATE serializes claims
         )
         now = time.time()
+        claimed = {"state": RUNNING, "attempts": T.attempts + 1, "executor": executor, "updated": now}
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO data_executors VALUES (?, ?, 1)", (executor, now))
-            row = db.execute(query + " ORDER BY window, seq LIMIT 1", args).fetchone()
-            if row is None:
-                return None
-            db.execute(
-                "UPDATE data_tasks SET state=?, attempts=attempts+1, executor=?, updated=? WHERE id=?",
-                (RUNNING, executor, now, row[0]),
-            )
-            return DataTask.from_json(row[1])
+            upsert(db, data_executors, id=executor, heartbeat=now, alive=1)
+            while (row := db.execute(query).first()) is not None:  # a row taken meanwhile: the next one
+                if db.execute(update(data_tasks).where(T.id == row.id, T.state == PENDING).values(claimed)).rowcount:
+                    return DataTask.from_json(row.body)
+            return None
 
     def succeed(self, task_id: str, executor: str, output: dict | None = None) -> bool:
         """Record success; False (and nothing changed) if the task was taken from ``executor``."""
+        done = {"state": SUCCEEDED, "output": json.dumps(output) if output else None, "error": None}
+        mine = (T.id == task_id, T.executor == executor, T.state == RUNNING)
         with self._tx() as db:
-            cursor = db.execute(
-                "UPDATE data_tasks SET state=?, output=?, error=NULL, updated=? WHERE id=? AND executor=? AND state=?",
-                (SUCCEEDED, json.dumps(output) if output else None, time.time(), task_id, executor, RUNNING),
-            )
-            return cursor.rowcount == 1
+            return db.execute(update(data_tasks).where(*mine).values({**done, "updated": time.time()})).rowcount == 1
 
     def fail(self, task_id: str, executor: str, error: str) -> str:
         """Record a failed attempt; the task goes back to pending unless attempts are used up."""
+        mine = (T.id == task_id, T.executor == executor, T.state == RUNNING)
         with self._tx() as db:
-            row = db.execute(
-                "SELECT attempts FROM data_tasks WHERE id=? AND executor=? AND state=?", (task_id, executor, RUNNING)
-            ).fetchone()
-            if row is None:
+            attempts = db.scalar(select(T.attempts).where(*mine).with_for_update())
+            if attempts is None:
                 return "stale"
-            state = FAILED if row[0] >= self.max_attempts else PENDING
-            db.execute(
-                "UPDATE data_tasks SET state=?, error=?, executor=NULL, updated=? WHERE id=?",
-                (state, error[-4000:], time.time(), task_id),
-            )
+            state = FAILED if attempts >= self.max_attempts else PENDING
+            changes = {"state": state, "error": error[-4000:], "executor": None, "updated": time.time()}
+            db.execute(update(data_tasks).where(*mine).values(changes))
             return state
 
     def release_executor(self, executor: str, reason: str = "executor released") -> int:
         """An executor is gone (scaled in, killed): its running tasks go back to pending."""
         with self._tx() as db:
-            db.execute("UPDATE data_executors SET alive=0 WHERE id=?", (executor,))
-            return self._requeue(db, "executor=? AND state=?", (executor, RUNNING), reason)
+            db.execute(update(data_executors).where(EX.id == executor).values(alive=0))
+            return self._requeue(db, executor, reason)
 
     def reclaim_dead(self, now: float | None = None) -> int:
         """Running tasks of executors without a heartbeat for ``heartbeat_timeout`` go back to pending."""
         cutoff = (time.time() if now is None else now) - self.heartbeat_timeout
+        silent = or_(EX.alive == 0, EX.heartbeat < cutoff)
         with self._tx() as db:
-            dead = [r[0] for r in db.execute("SELECT id FROM data_executors WHERE alive=0 OR heartbeat < ?", (cutoff,))]
             count = 0
-            for executor in dead:
-                db.execute("UPDATE data_executors SET alive=0 WHERE id=?", (executor,))
-                count += self._requeue(
-                    db, "executor=? AND state=?", (executor, RUNNING), f"executor {executor} lost (heartbeat)"
-                )
+            for executor in db.scalars(select(EX.id).where(silent).order_by(EX.id)).all():
+                # still silent now that its row is locked (it may have beaten since the SELECT)
+                if db.execute(update(data_executors).where(EX.id == executor, silent).values(alive=0)).rowcount:
+                    count += self._requeue(db, executor, f"executor {executor} lost (heartbeat)")
             return count
 
-    def _requeue(self, db: sqlite3.Connection, where: str, args: tuple, reason: str) -> int:
-        now = time.time()
-        db.execute(
-            f"UPDATE data_tasks SET state=CASE WHEN attempts>=? THEN ? ELSE ? END, executor=NULL, error=?, updated=? WHERE {where}",
-            (self.max_attempts, FAILED, PENDING, reason, now, *args),
-        )
-        return db.execute("SELECT changes()").fetchone()[0]
+    def _requeue(self, db: Connection, executor: str, reason: str) -> int:
+        state = case((T.attempts >= self.max_attempts, FAILED), else_=PENDING)
+        return db.execute(
+            update(data_tasks)
+            .where(T.executor == executor, T.state == RUNNING)
+            .values(state=state, executor=None, error=reason, updated=time.time())
+        ).rowcount
 
     def retry_failed(self, stream: str, window: str | None = None) -> int:
         """An operator's manual retry: failed tasks back to pending with fresh attempts."""
-        query, args = _filtered(
-            "UPDATE data_tasks SET state=?, attempts=0, updated=? WHERE state=? AND stream=?",
-            [PENDING, time.time(), FAILED, stream],
-            window=window,
-        )
         with self._tx() as db:
-            return db.execute(query, args).rowcount
+            return db.execute(
+                update(data_tasks)
+                .where(T.state == FAILED, T.stream == stream, *_filters(window=window))
+                .values(state=PENDING, attempts=0, updated=time.time())
+            ).rowcount
 
     # -- stream tasks: assigned or not ----------------------------------------------------
     def assign_stream(self, stream: str, partition: str, executor: str | None) -> None:
         with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO stream_tasks VALUES (?, ?, ?, ?)",
-                (stream, partition, executor, time.time() if executor else None),
-            )
+            at = time.time() if executor else None
+            upsert(db, stream_tasks, stream=stream, partition=partition, executor=executor, assigned_at=at)
 
     def stream_assignments(self, stream: str) -> dict[str, str | None]:
-        with self._tx() as db:
-            return dict(
-                db.execute("SELECT partition, executor FROM stream_tasks WHERE stream=? ORDER BY partition", (stream,))
-            )
+        c = stream_tasks.c
+        with self._tx(write=False) as db:
+            rows = db.execute(select(c.partition, c.executor).where(c.stream == stream).order_by(c.partition))
+            return dict(rows.tuples().all())
 
     def unassign_executor(self, executor: str) -> int:
+        c = stream_tasks.c
         with self._tx() as db:
             return db.execute(
-                "UPDATE stream_tasks SET executor=NULL, assigned_at=NULL WHERE executor=?", (executor,)
+                update(stream_tasks).where(c.executor == executor).values(executor=None, assigned_at=None)
             ).rowcount
 
 
-def _filtered(query: str, args: list, **columns: str | None) -> tuple[str, list]:
-    """``query`` (ending in a WHERE clause) narrowed by each column given a value."""
-    for column, value in columns.items():
-        if value is not None:
-            query += f" AND {column}=?"
-            args = [*args, value]
-    return query, args
+def _row(stream: str, window: str, seq: int, task: DataTask, now: float) -> dict:
+    return {"id": task.id, "stream": stream, "window": window, "source": task.source, "seq": seq,
+            "body": task.to_json(), "state": PENDING, "updated": now}  # fmt: skip
+
+
+def _filters(**columns: str | None) -> list:
+    """``data_tasks.column == value`` for each column given a value (the optional filters)."""
+    return [T[column] == value for column, value in columns.items() if value is not None]

@@ -1,29 +1,29 @@
 """The job's ordered training queue: committed windows, appended by the Sink in time order.
 
-Kept in the job's ledger (SQLite) so that the planner, the Airflow Sink and the trainer
+Kept in the job's database with the ledger (``primus_lib.data.db``: SQLite by default,
+PostgreSQL when the spec names one) so that the planner, the Airflow Sink and the trainer
 share one source of truth. Appending a window again is a no-op; appending one older than
 the newest committed window of the same stream is refused (global time order).
+
+Appends are serialized (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an EXCLUSIVE table lock, which
+readers pass): of two Sinks appending at once the second sees the first's window, so they cannot
+both pass the order check, and ``seq`` grows in commit order, so a reader polling with
+``after_seq`` never skips a window committed later with a smaller ``seq``.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS training_queue (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    stream TEXT NOT NULL,
-    window TEXT NOT NULL,
-    path TEXT NOT NULL,
-    rows INTEGER NOT NULL,
-    committed_at REAL NOT NULL,
-    UNIQUE (stream, window)
-)
-"""
+from sqlalchemy import bindparam, func, select
+
+from primus_lib.data.db import Location, as_location, lock_table, open_database, shown, training_queue, transaction
+
+Q = training_queue.c
+_COLUMNS = (Q.seq, Q.stream, Q.window, Q.path, Q.rows)  # a QueuedWindow
+_WINDOWS = select(*_COLUMNS).where(Q.seq > bindparam("after")).order_by(Q.seq)
+_STREAM_WINDOWS = _WINDOWS.where(Q.stream == bindparam("stream"))  # built once: the trainer polls often
 
 
 class OutOfOrderWindow(ValueError):
@@ -40,46 +40,28 @@ class QueuedWindow:
 
 
 class TrainingQueue:
-    def __init__(self, ledger: Path):
-        self.ledger = Path(ledger)
-        self.ledger.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db:  # sqlite3's own context manager does not close
-            db.execute(_SCHEMA)
+    def __init__(self, ledger: Location):
+        """``ledger``: the SQLite file, or the URL of the job's PostgreSQL database (``JobPaths.ledger``)."""
+        self.ledger = as_location(ledger)
+        self.engine = open_database(self.ledger)
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.ledger, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+    def __repr__(self) -> str:
+        return f"TrainingQueue({shown(self.ledger)})"  # no password
 
     def append(self, stream: str, window: str, path: str, rows: int) -> QueuedWindow:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT seq, stream, window, path, rows FROM training_queue WHERE stream=? AND window=?",
-                (stream, window),
-            ).fetchone()
+        with transaction(self.engine) as db:
+            lock_table(db, training_queue)
+            row = db.execute(select(*_COLUMNS).where(Q.stream == stream, Q.window == window)).first()
             if row is not None:
-                db.execute("COMMIT")
                 return QueuedWindow(*row)
-            newest = db.execute("SELECT MAX(window) FROM training_queue WHERE stream=?", (stream,)).fetchone()[0]
+            newest = db.scalar(select(func.max(Q.window)).where(Q.stream == stream))
             if newest is not None and window < newest:
-                db.execute("ROLLBACK")
                 raise OutOfOrderWindow(f"stream {stream!r}: window {window} arrived after {newest} was queued")
-            cursor = db.execute(
-                "INSERT INTO training_queue (stream, window, path, rows, committed_at) VALUES (?, ?, ?, ?, ?)",
-                (stream, window, path, rows, time.time()),
-            )
-            db.execute("COMMIT")
-            return QueuedWindow(cursor.lastrowid, stream, window, path, rows)
-        finally:
-            db.close()
+            values = {"stream": stream, "window": window, "path": path, "rows": rows, "committed_at": time.time()}
+            seq = db.execute(training_queue.insert().values(values)).inserted_primary_key[0]
+            return QueuedWindow(seq, stream, window, path, rows)
 
     def windows(self, stream: str | None = None, after_seq: int = 0) -> list[QueuedWindow]:
-        query = "SELECT seq, stream, window, path, rows FROM training_queue WHERE seq > ?"
-        args: list = [after_seq]
-        if stream is not None:
-            query += " AND stream = ?"
-            args.append(stream)
-        with closing(self._connect()) as db:
-            return [QueuedWindow(*row) for row in db.execute(query + " ORDER BY seq", args)]
+        query = _WINDOWS if stream is None else _STREAM_WINDOWS
+        with transaction(self.engine, write=False) as db:
+            return [QueuedWindow(*row) for row in db.execute(query, {"after": after_seq, "stream": stream})]

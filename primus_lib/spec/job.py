@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from collections.abc import Iterator
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.dataset import DatasetSpec, StreamSpec
@@ -24,6 +26,47 @@ class Metadata(SpecModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
+DATABASE_SCHEMES = ("postgresql", "postgresql+psycopg2")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
+
+
+def mask_database_url(url: str) -> str:
+    """``url`` with its password (user info after ``:``, or a ``password=`` query parameter) as ***;
+    robust to passwords that were not percent-encoded (the last ``@`` ends the user info)."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return _QUERY_PASSWORD.sub(r"\1***", url)
+    auth, at, host = rest.rpartition("@")
+    if at and ":" in auth:
+        rest = auth.split(":", 1)[0] + ":***@" + host
+    return head + sep + _QUERY_PASSWORD.sub(r"\1***", rest)
+
+
+class MaskedURL(str):
+    """A database URL that never shows its password in a repr (spec errors print reprs)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(mask_database_url(str(self)))
+
+
+def _database_url(value: object) -> object:
+    if isinstance(value, str):  # empty (e.g. ${PRIMUS_DATABASE:-}): the SQLite default
+        return MaskedURL(value.strip()) if value.strip() else None
+    return value
+
+
+def _postgres_only(url: str | None) -> str | None:
+    if url is not None and url.partition("://")[0] not in DATABASE_SCHEMES:
+        raise ValueError("a postgresql:// or postgresql+psycopg2:// URL (USER:PASSWORD@HOST:PORT/DATABASE)")
+    return url
+
+
+# the masking wrapper runs first, so a refused URL is reported with its password masked
+DatabaseUrl = Annotated[str | None, AfterValidator(_postgres_only), BeforeValidator(_database_url)]
+
+
 class StorageSpec(SpecModel):
     """Where the job keeps its ledger, committed shards and checkpoints."""
 
@@ -32,6 +75,17 @@ class StorageSpec(SpecModel):
         description="URI of the jobs' working storage (the job's name is appended); "
         "default $PRIMUS_HOME/jobs, or .primus/jobs.",
     )
+    database: DatabaseUrl = Field(
+        None,
+        description="SQLAlchemy URL of a PostgreSQL database for the task ledger and the training "
+        "queue (postgresql+psycopg2://USER:${PASSWORD_VAR}@HOST:5432/DB); shared by every role. "
+        "Default: SQLite, ledger.sqlite under the job's storage root (one machine only).",
+        json_schema_extra={"pattern": r"^(postgresql|postgresql\+psycopg2)://|^\s*$"},
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, object]]:  # no password in reprs (logs)
+        for name, value in super().__repr_args__():
+            yield name, MaskedURL(value) if name == "database" and value is not None else value
 
 
 class JobSpec(SpecModel):
