@@ -183,9 +183,13 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
 
 
 def _executor_config(job: PrimusJob) -> dict:
-    """Vertical scaling on Kubernetes: the data executors' pod_override (current requests/limits).
+    """Vertical scaling where the executor must size the task's process: on Kubernetes, the data
+    executors' pod_override (current requests/limits; it imports the kubernetes client, too slow
+    for every parse, so only there).
 
-    Only for the kubernetes backend: it imports the kubernetes client, too slow for every parse.
+    Elsewhere ``{}``: on the local backend each mapped data task reads the role's allotment itself
+    when it starts (``execute_task`` -> ``primus_lib.resources.limits``: thread count, memory cap),
+    so it also follows decisions the scaler made after this DAG was parsed.
     """
     if job.spec.resources.backend != "kubernetes":
         return {}

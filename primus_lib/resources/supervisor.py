@@ -1,13 +1,14 @@
 """The local backend's supervisor: one detached process per job that starts the roles in order,
-restarts failed workers, enforces memory limits (an RSS over the limit is killed like a cgroup
-OOM kill), applies scale/resize requests and writes the process table.
+restarts failed workers, enforces their limits (``primus_lib.resources.limits``: thread counts in the
+environment, pinned cores, a cgroup v2 memory.max/cpu.max where the machine allows, and in any case an
+RSS over the limit killed like a cgroup OOM kill), applies scale/resize requests and writes the
+process table.
 
 Run as ``python -m primus_lib.resources.supervisor RESOURCES_DIR``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import psutil
 
 from primus_lib.metrics.names import OOM_KILLS
 from primus_lib.paths import JobPaths
+from primus_lib.resources import limits
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.table import identity, read_json, write_json
 from primus_lib.spec.job import PrimusJob
@@ -39,12 +41,16 @@ class Worker:
     oom_kills: int = 0
     rss: int = 0
     cpu_percent: float = 0.0
+    cores: list[int] = field(default_factory=list)  # pinned to (the CPU allotment)
+    cgroup: str = ""  # its cgroup v2 directory, where the machine allows one
     _ps: psutil.Process | None = None
+    _group: limits.Cgroup | None = None
 
     def row(self) -> dict:
         ident = identity(self.proc.pid) if self.proc and self.state == "running" and self.proc.poll() is None else {}
         return {"index": self.index, "state": self.state, "exit_code": self.exit_code, "restarts": self.restarts,
-                "oom_kills": self.oom_kills, "rss": self.rss, "cpu_percent": self.cpu_percent, **ident}  # fmt: skip
+                "oom_kills": self.oom_kills, "rss": self.rss, "cpu_percent": self.cpu_percent,
+                "cores": self.cores, "cgroup": self.cgroup, **ident}  # fmt: skip
 
 
 @dataclass
@@ -149,6 +155,7 @@ class Supervisor:
         for index in active[role.replicas :]:
             self.terminate(role.workers[index])
             role.workers[index].state = "stopped"
+            self.release_cgroup(role.workers[index])
         for index in range(role.replicas):
             worker = role.workers.get(index)
             if worker is None or worker.state == "stopped":
@@ -158,9 +165,11 @@ class Supervisor:
 
     def launch(self, role: Role, worker: Worker) -> None:
         env = dict(os.environ)
+        env.update(limits.thread_env(limits.Limits(role.cpu, role.memory).threads))
         env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role.name, "PRIMUS_REPLICA_INDEX": str(worker.index),
                     "PRIMUS_REPLICAS": str(role.replicas), "PRIMUS_CPU": str(role.cpu),
                     "PRIMUS_MEMORY": str(int(role.memory)), "PRIMUS_RESTARTS": str(worker.restarts)})  # fmt: skip
+        self.release_cgroup(worker)
         log = open(self.dir / "logs" / f"{role.name}-{worker.index}.log", "ab")
         try:
             worker.proc = subprocess.Popen(role.command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -172,14 +181,31 @@ class Supervisor:
         finally:
             log.close()
         worker.state, worker.exit_code, worker._ps = "running", None, None
-        cores = max(1, math.ceil(role.cpu))
-        available = sorted(os.sched_getaffinity(0))
-        try:  # CPU limit: pin to ceil(cpu) cores, spread by worker index
-            start = (worker.index * cores) % len(available)
-            chosen = {available[(start + k) % len(available)] for k in range(min(cores, len(available)))}
-            os.sched_setaffinity(worker.proc.pid, chosen)
-        except OSError:
-            pass
+        worker.cores = sorted(limits.pin_cores(worker.proc.pid, role.cpu, worker.index))  # spread by index
+        self.confine(role, worker)
+
+    def confine(self, role: Role, worker: Worker) -> None:
+        """The worker's own cgroup (memory.max, cpu.max) where cgroup v2 allows; else the RSS check in account()."""
+        parent, _ = limits.cgroup_parent()
+        if parent is None:
+            return
+        name = f"primus-{self.job.name}-{role.name}-{worker.index}"
+        try:
+            group = limits.Cgroup.make(parent, name, cpu=role.cpu, memory_max=role.memory)
+            group.add(worker.proc.pid)
+        except OSError as exc:
+            self.message = f"role {role.name!r} worker {worker.index}: no cgroup under {parent}: {exc}"
+            return
+        worker._group, worker.cgroup = group, str(group.path)
+
+    def release_cgroup(self, worker: Worker) -> bool:
+        """Remove the worker's cgroup; True if the kernel OOM-killed in it."""
+        group, worker._group, worker.cgroup = worker._group, None, ""
+        if group is None:
+            return False
+        killed = group.oom_kills() > group.ooms_before
+        group.remove()
+        return killed
 
     def watch(self) -> None:
         for role in self.roles.values():
@@ -191,6 +217,9 @@ class Supervisor:
                     self.account(role, worker)
                     continue
                 worker.exit_code = code
+                if self.release_cgroup(worker):  # the kernel killed it at memory.max
+                    worker.oom_kills += 1
+                    self.message = f"role {role.name!r} worker {worker.index}: OOM kill in its cgroup"
                 self.exited(role, worker, code)
         self.check_success()
 
@@ -265,6 +294,7 @@ class Supervisor:
                 if worker.state == "running":
                     self.terminate(worker)
                     worker.state = "stopped"
+                self.release_cgroup(worker)
 
     def write_metrics(self) -> None:
         """OOM kills per worker into the job's metrics dir (a killed worker cannot report its own),

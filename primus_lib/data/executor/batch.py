@@ -10,16 +10,18 @@ from __future__ import annotations
 import threading
 import traceback
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from primus_lib.data.executor.join import join_window
 from primus_lib.data.executor.sink import sink_window
-from primus_lib.data.executor.task import execute_task
+from primus_lib.data.executor.task import EXECUTOR_ROLE, execute_task
 from primus_lib.data.ledger import FAILED, TaskLedger
 from primus_lib.data.shards import Manifest
 from primus_lib.data.training_queue import QueuedWindow
 from primus_lib.paths import JobPaths, window_id
+from primus_lib.resources.limits import Limits, enforced
 from primus_lib.spec.job import PrimusJob
 
 
@@ -56,11 +58,14 @@ class BatchExecutor:
         beat.start()
         threads = [threading.Thread(target=self._runner, args=(stream, window, stats), name=f"{self.id}-{i}")
                    for i in range(self.workers)]  # fmt: skip
+        # one executor, one allotment: its runners' tasks share the thread count and the memory cap
+        limits = Limits.for_role(self.job, EXECUTOR_ROLE)
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            with enforced(limits, f"executor {self.id}", watch=False) if limits else nullcontext():
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
         finally:
             stop.set()
             beat.join()
