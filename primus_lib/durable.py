@@ -1,17 +1,22 @@
-"""Writes that survive a crash: fsync of files and directories, Arrow IPC files with checksums.
+"""Writes that survive a crash: fsync of files and directories, atomic text files, Arrow IPC
+files with checksums.
 
 A commit point (a rename) is only durable once what it names and the directory holding it
-have reached the disk; these helpers are shared by shards, staged task outputs and
-checkpoints.
+have reached the disk; these helpers are shared by shards, staged task outputs, checkpoints
+and progress.json. pyarrow is imported only by ``write_ipc``: the light readers of job state
+(the Airflow trigger, DAG parsing) import this module too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -23,8 +28,28 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` by temp file + fsync + rename (+ fsync of the directory, so
+    the rename itself survives a crash); a failed write leaves no temp file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
 def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
     """Write ``table`` as an Arrow IPC file (fsynced unless told not to); return its sha256."""
+    import pyarrow as pa
+
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)

@@ -1,13 +1,16 @@
-"""Small helpers shared by the operators and triggers: spec loading and window instants."""
+"""Small helpers shared by the operators and triggers: spec loading, window instants, the API client."""
 
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from primus_lib.timegrid import as_utc, iso, on_grid
+
 if TYPE_CHECKING:
+    from primus_lib.airflow_api import AirflowApi
     from primus_lib.spec import PrimusJob
 
 
@@ -23,13 +26,6 @@ def _load(path: str, _mtime: int) -> PrimusJob:
     return load_job(path)
 
 
-def utc(value: Any) -> datetime:
-    """A pendulum/datetime/ISO string as a plain ``datetime`` in UTC."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return datetime.fromtimestamp(value.timestamp(), tz=UTC)
-
-
 def window_of(context: Any, job: PrimusJob | None = None) -> datetime:
     """Start of the run's window: the ``window_start`` param of a manual run, else the data interval start.
 
@@ -39,15 +35,31 @@ def window_of(context: Any, job: PrimusJob | None = None) -> datetime:
     start = params.get("window_start") or context.get("data_interval_start") or context.get("logical_date")
     if start is None:
         raise ValueError("this DAG run has no data interval: trigger it with a logical date inside a window")
-    start = utc(start)
+    start = as_utc(start, "window_start")  # a naive param is UTC, as on the primus CLI
     if job is not None:
         timer = job.spec.timer
-        if (start - timer.start) % timer.window_size:
+        if not on_grid(start, timer.window_size, timer.start):
             raise ValueError(
                 f"window_start: expected the start of a {timer.window} window of job {job.name} "
-                f"(from {timer.start:%Y-%m-%dT%H:%M:%SZ}), found {start:%Y-%m-%dT%H:%M:%SZ}"
+                f"(from {iso(timer.start)}), found {iso(start)}"
             )
     return start
+
+
+def airflow_api(conn_id: str) -> AirflowApi | None:
+    """The Airflow REST client of an http connection (host/port, login/password), or None when
+    no such connection exists: tasks reach pools and notes only through the API server."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from primus_lib.airflow_api import AirflowApi
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    base = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
+    return AirflowApi(base, conn.login or "admin", conn.password)
 
 
 def pool_name(job_name: str) -> str:

@@ -11,12 +11,15 @@ Airflow binds its configuration and metadata DB at import, so set ``AIRFLOW_HOME
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
+
+from primus_lib import timegrid
 
 
 @dataclass
@@ -65,6 +68,7 @@ def run_windows(dags_folder: str, dag_id: str, runs: list[tuple[datetime, str]])
 
 
 def _windows(dags_folder: str, dag_id: str, first: str | None, count: int) -> list[datetime]:
+    """``count`` window starts of the job from the window holding ``first`` (default: the timer's start)."""
     from primus_dag_factory import jobs_dir, spec_files  # dags/ is on sys.path (see main)
 
     from primus_lib.spec import load_job
@@ -73,8 +77,11 @@ def _windows(dags_folder: str, dag_id: str, first: str | None, count: int) -> li
         job = load_job(path)
         if job.name == dag_id:
             timer = job.spec.timer
-            begin = datetime.fromisoformat(first) if first else timer.start
-            return [begin + i * timer.window_size for i in range(count)]
+            begin = timegrid.parse_utc(first, "--from") if first else timer.start
+            begin = timegrid.floor(max(begin, timer.start), timer.window_size, timer.start)
+            return list(
+                itertools.islice(timegrid.window_starts(begin, timer.end, timer.window_size, timer.start), count)
+            )
     raise RuntimeError(f"no spec with metadata.name {dag_id!r} in {jobs_dir()}")
 
 
@@ -88,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.abspath(args.dags_folder))
-    starts = _windows(args.dags_folder, args.dag_id, args.first, args.windows)
+    try:
+        starts = _windows(args.dags_folder, args.dag_id, args.first, args.windows)
+    except ValueError as exc:  # a bad --from
+        parser.error(str(exc))
     report = run_windows(args.dags_folder, args.dag_id, [(s, args.mode) for s in starts])
     print(f"{'window':<27} {'state':<8} {'samples':>8} {'auc':>7} {'logloss':>8}")
     for run in report:

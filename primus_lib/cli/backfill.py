@@ -5,7 +5,8 @@ Wraps Airflow 3's backfill (``POST /api/v2/backfills`` when ``--api`` is given, 
 runs of the job's DAG (dag id = job name), run oldest first; the Sink's ``depends_on_past``
 keeps their commits in order. Re-running a finished window is idempotent (the data plane's
 commits are), so ``--reprocess completed`` is safe. ``--dry-run`` lists the windows only.
-This module does not import Airflow (``primus_lib`` never does): it talks HTTP or runs the CLI.
+This module does not import Airflow (``primus_lib`` never does): it talks HTTP
+(``primus_lib.airflow_api``) or runs the CLI.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from datetime import datetime
-from typing import Any
 
-from primus_lib.cli.datagen import parse_utc
+from primus_lib.airflow_api import AirflowApi
+from primus_lib.timegrid import iso, parse_utc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,10 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def run(args: argparse.Namespace) -> int:
     from primus_lib.data.dtgg.timer import windows
     from primus_lib.spec import load_job
@@ -62,25 +57,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"primus backfill: {exc}", file=sys.stderr)
         return 2
     if end <= start:
-        print(f"primus backfill: --to {_iso(end)} must be after --from {_iso(start)}", file=sys.stderr)
+        print(f"primus backfill: --to {iso(end)} must be after --from {iso(start)}", file=sys.stderr)
         return 2
     planned = list(windows(job, start, end))
     if not planned:
-        print(f"primus backfill: no window of job {job.name} starts in [{_iso(start)}, {_iso(end)})", file=sys.stderr)
+        print(f"primus backfill: no window of job {job.name} starts in [{iso(start)}, {iso(end)})", file=sys.stderr)
         return 2
     body = {
         "dag_id": job.name,
-        "from_date": _iso(planned[0]),
-        "to_date": _iso(planned[-1]),  # Airflow's to_date is inclusive (a window start)
+        "from_date": iso(planned[0]),
+        "to_date": iso(planned[-1]),  # Airflow's to_date is inclusive (a window start)
         "run_backwards": False,
         "reprocess_behavior": args.reprocess,
         "max_active_runs": args.max_active_runs,
         "dag_run_conf": {"mode": args.mode} if args.mode else None,
     }
-    print(f"job {job.name}: {len(planned)} windows {_iso(planned[0])} .. {_iso(planned[-1])} ({job.spec.timer.window})")
+    print(f"job {job.name}: {len(planned)} windows {iso(planned[0])} .. {iso(planned[-1])} ({job.spec.timer.window})")
     if args.dry_run:
         for when in planned:
-            print(f"  window {_iso(when)}")
+            print(f"  window {iso(when)}")
         print("request: " + json.dumps(body, sort_keys=True))
         return 0
     if args.api:
@@ -105,9 +100,9 @@ def _via_cli(args: argparse.Namespace, body: dict) -> int:
 def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: int) -> int:
     api = AirflowApi(args.api, args.user, args.password)
     if not args.keep_paused:
-        api.request("PATCH", f"/api/v2/dags/{body['dag_id']}", {"is_paused": False})
+        api.set_paused(body["dag_id"], False)
     api.ensure_pool(f"primus-{body['dag_id']}", pool_slots)
-    backfill = api.request("POST", "/api/v2/backfills", {k: v for k, v in body.items() if v is not None})
+    backfill = api.create_backfill(body)
     print(f"backfill {backfill['id']} created for {body['dag_id']}")
     if not args.wait:
         return 0
@@ -116,61 +111,3 @@ def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: in
     for r in runs:
         print(f"  {r['logical_date']}  {r['state']}")
     return 1 if failed else 0
-
-
-class AirflowApiError(RuntimeError):
-    pass
-
-
-class AirflowApi:
-    """Token-authenticated JSON calls to the Airflow API server."""
-
-    def __init__(self, base_url: str, user: str, password: str | None, timeout: float = 30.0):
-        self.base = base_url.rstrip("/")
-        self.timeout = timeout
-        import requests
-
-        self.session = requests.Session()
-        if password is not None:
-            token = self._send("POST", "/auth/token", {"username": user, "password": password})["access_token"]
-            self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def _send(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
-        response = self.session.request(method, self.base + path, json=body, params=params, timeout=self.timeout)
-        if response.status_code >= 400:
-            raise AirflowApiError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
-        return response.json() if response.content else None
-
-    def request(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
-        return self._send(method, path, body, params)
-
-    def ensure_pool(self, name: str, slots: int) -> None:
-        """Create the job's executor pool if missing (tasks in a missing pool never run)."""
-        try:
-            self.request("GET", f"/api/v2/pools/{name}")
-        except AirflowApiError as exc:
-            if "HTTP 404" not in str(exc):
-                raise
-            self.request(
-                "POST", "/api/v2/pools", {"name": name, "slots": slots, "description": "Primus data executors"}
-            )
-
-    def dag_runs(self, dag_id: str) -> list[dict]:
-        out = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 1000, "order_by": "logical_date"})
-        return out["dag_runs"]
-
-    def wait_backfill(
-        self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0
-    ) -> list[dict]:
-        """Wait until the backfill completed and its runs finished; return its runs (oldest first)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            runs = [r for r in self.dag_runs(dag_id) if r.get("run_type") == "backfill"]
-            done = [r for r in runs if r["state"] in ("success", "failed")]
-            info = self.request("GET", f"/api/v2/backfills/{backfill_id}")
-            if info.get("completed_at") and len(done) >= expected:
-                return sorted(runs, key=lambda r: r["logical_date"])
-            if time.monotonic() > deadline:
-                states = {r["logical_date"]: r["state"] for r in runs}
-                raise AirflowApiError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f}s: {states}")
-            time.sleep(poll)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import UTC, datetime
+
+from primus_lib.timegrid import parse_utc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,15 +59,6 @@ def run(args: argparse.Namespace) -> int:
         f"stream {result.stream_path}" + (f"; {result.kafka_messages} messages to {kafka[1]}" if kafka else "")
     )
     return 0
-
-
-def parse_utc(text: str, flag: str) -> datetime:
-    """An ISO instant; a naive one is taken as UTC."""
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{flag}: expected an ISO instant like 2026-11-01T00:00:00Z, got {text!r}") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _spec_topic(job) -> str | None:

@@ -7,17 +7,15 @@ import importlib
 import sys
 
 from primus_lib import __version__
+from primus_lib.commands import SUBCOMMANDS
 from primus_lib.spec.errors import SpecError
-
-# Modules under primus_lib.cli, one per subcommand, in the order --help lists them.
-COMMANDS = ["validate", "crd", "datagen", "train", "eval", "backfill", "plan", "resources"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="primus", description="Unified DLRM training on Airflow.")
     parser.add_argument("--version", action="version", version=f"primus {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in SUBCOMMANDS:  # primus_lib.commands: the backends read the list too
         importlib.import_module(f"primus_lib.cli.{name}").register(subparsers)
     return parser
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 def _instant(text: str | None, flag: str):
     if text is None:
         return None
-    from primus_lib.cli.datagen import parse_utc
+    from primus_lib.timegrid import parse_utc
 
     try:
         return parse_utc(text, flag)

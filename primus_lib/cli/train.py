@@ -26,9 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_lib.cli.datagen import parse_utc
     from primus_lib.paths import parse_window_id
     from primus_lib.spec import load_job
+    from primus_lib.timegrid import parse_utc
     from primus_lib.train.trainer import TrainerOptions, run_trainer
 
     job = load_job(args.spec)

@@ -60,6 +60,7 @@ class ExecutorMetrics:
         self.memory = _gauge(registry, n.MEMORY_UTILISATION, "RSS / memory limit, 0..1").labels(**self.labels)
         self.cores = _gauge(registry, n.CPU_USED_CORES, "Cores used").labels(**self.labels)
         self.rss = _gauge(registry, n.MEMORY_USED_BYTES, "Resident memory, bytes").labels(**self.labels)
+        # a zero series: a killed worker cannot count its own kill, the local supervisor does (supervisor.py)
         self.ooms = _counter(registry, n.OOM_KILLS, "OOM kills of this executor").labels(**self.labels)
         self.samples = _counter(registry, n.SAMPLES, "Samples produced").labels(**self.labels)
         self._proc = psutil.Process(pid or os.getpid())
@@ -89,9 +90,6 @@ class ExecutorMetrics:
 
     def add_samples(self, count: int) -> None:
         self.samples.inc(count)
-
-    def oom_killed(self) -> None:
-        self.ooms.inc()
 
 
 class TrainerMetrics:

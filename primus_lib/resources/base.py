@@ -9,7 +9,6 @@ from typing import Any, Literal
 from primus_lib.spec.job import PrimusJob
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Stopped"]
-TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
 
 
 class ResourceError(RuntimeError):
@@ -42,10 +41,6 @@ class JobStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase in TERMINAL
 
 
 class ResourceBackend(ABC):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from graphlib import CycleError, TopologicalSorter
 
+from primus_lib.commands import role_subcommand
 from primus_lib.resources.base import ResourceError
 from primus_lib.spec.job import PrimusJob
 
@@ -13,10 +14,6 @@ SUCCESS_ROLES = ("trainer",)
 # Roles that only make sense as long-running services (stream executors, parameter servers) are
 # StatefulSets on Kubernetes; the trainer is a (Indexed) Job or a PyTorchJob.
 TRAINER_ROLE = "trainer"
-# Roles whose CLI subcommand is the default command; a role is runnable by default only if the
-# subcommand exists in primus_lib.cli.main.COMMANDS (batch data executors are Airflow mapped
-# tasks in local mode, so `primus executor` may not exist).
-DEFAULT_SUBCOMMAND = {"trainer": "train", "data_executor": "executor", "stream_executor": "executor"}
 
 
 def start_order(job: PrimusJob) -> list[list[str]]:
@@ -41,13 +38,10 @@ def is_critical(job: PrimusJob, role: str) -> bool:
 
 
 def default_command(role: str, spec_path: str | None) -> list[str] | None:
-    """The command a role runs when RoleSpec.command is None, or None when there is no runnable default."""
-    sub = DEFAULT_SUBCOMMAND.get(role)
+    """The command a role runs when RoleSpec.command is None: its ``primus`` subcommand
+    (``primus_lib.commands``) on the spec, or None when there is no runnable default."""
+    sub = role_subcommand(role)
     if sub is None or spec_path is None:
-        return None
-    from primus_lib.cli.main import COMMANDS
-
-    if sub not in COMMANDS:
         return None
     return [sys.executable, "-m", "primus_lib.cli.main", sub, spec_path]
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from primus_lib.allocation import scaling_dir
 from primus_lib.metrics.readers import MetricsReader, PrometheusReader, RegistryReader, TextfileReader
 from primus_lib.paths import JobPaths
 from primus_lib.scaling.base import Decision
 from primus_lib.scaling.manager import Actuator, BackendActuator, ScalingManager
-from primus_lib.scaling.store import ScalingStore, scaling_dir
+from primus_lib.scaling.store import ScalingStore
 from primus_lib.spec.job import PrimusJob
 
 BATCH_ROLE, STREAM_ROLE = "data_executor", "stream_executor"

@@ -3,8 +3,8 @@
 Under ``JobPaths(...).root / "scaling"``:
     state.json        cooldown clocks, current allocation, OOM counter, usage history
     decisions.jsonl   every decision with its inputs (append-only)
-    resources.json    the latest per-role CPU/memory decided by the vertical policy; the DAG's mapped
-                      data-executor tasks read it through ``executor_config`` (KubernetesExecutor)
+    resources.json    the latest per-role CPU/memory decided by the vertical policy
+                      (``primus_lib.allocation``: the format, its readers)
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from primus_lib.paths import JobPaths
+from primus_lib.allocation import record_allocation, role_resources
 from primus_lib.resources.table import read_json, write_json
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.units import format_cpu, format_memory
-
-
-def scaling_dir(job: PrimusJob) -> Path:
-    return JobPaths.for_job(job).root / "scaling"
 
 
 class ScalingStore:
@@ -54,18 +50,7 @@ class ScalingStore:
     def set_resources(self, role: str, cpu: float, memory: float) -> None:
         if self.dir is None:
             return
-        current = read_json(self.dir / "resources.json", {})
-        current[role] = {"cpu": cpu, "memory": memory}
-        write_json(self.dir / "resources.json", current)
-
-
-def role_resources(job: PrimusJob, role: str) -> tuple[float, float]:
-    """The role's per-worker (cpu cores, memory bytes): the latest vertical decision, else the spec."""
-    decided = read_json(scaling_dir(job) / "resources.json", {}).get(role)
-    spec = job.spec.resources.roles[role]
-    if decided:
-        return float(decided["cpu"]), float(decided["memory"])
-    return spec.cpu, spec.memory
+        record_allocation(self.dir, role, cpu, memory)
 
 
 def executor_config(job: PrimusJob, role: str = "data_executor") -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from primus_lib.spec.errors import Problem, describe
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.resources import RoleSpec
+from primus_lib.timegrid import EPOCH, iso, on_grid
 
 PLACEHOLDERS = {"YYYY": "year", "MM": "month", "DD": "day", "HH": "hour"}
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -37,10 +38,10 @@ def check_job(job: PrimusJob) -> list[Problem]:
 def _timer(job: PrimusJob) -> Iterator[Problem]:
     timer = job.spec.timer
     if timer.end is not None and timer.end <= timer.start:
-        yield Problem("spec.timer.end", f"an instant after start ({_iso(timer.start)})", _iso(timer.end))
+        yield Problem("spec.timer.end", f"an instant after start ({iso(timer.start)})", iso(timer.end))
     for name, instant in (("start", timer.start), ("end", timer.end)):
-        if instant is not None and instant.timestamp() % timer.window_size.total_seconds() != 0:
-            yield Problem(f"spec.timer.{name}", f"an instant on a {timer.window} boundary (UTC)", _iso(instant))
+        if instant is not None and not on_grid(instant, timer.window_size, EPOCH):
+            yield Problem(f"spec.timer.{name}", f"an instant on a {timer.window} boundary (UTC)", iso(instant))
 
 
 def _streams(job: PrimusJob) -> Iterator[Problem]:
@@ -86,7 +87,7 @@ def _source(job: PrimusJob, kind: str, source, path: str) -> Iterator[Problem]:
         if source.kafka.startup == "timestamp" and source.kafka.startup_timestamp is None:
             yield Problem(f"{path}.kafka.startup_timestamp", "an instant when startup is 'timestamp'", "nothing")
     if source.start is not None and source.end is not None and source.end <= source.start:
-        yield Problem(f"{path}.end", f"an instant after start ({_iso(source.start)})", _iso(source.end))
+        yield Problem(f"{path}.end", f"an instant after start ({iso(source.start)})", iso(source.end))
     if source.uri is not None:
         yield from _uri(job, kind, source.uri, f"{path}.uri")
 
@@ -186,7 +187,3 @@ def _duplicates(names: list[str], template: str, expected: str) -> Iterator[Prob
         if counts[name] > 1 and name in seen:
             yield Problem(template.format(i), expected, repr(name))
         seen.add(name)
-
-
-def _iso(value) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field
 
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import UtcDatetime
-
-WINDOW_SIZES: dict[str, timedelta] = {"1h": timedelta(hours=1), "1d": timedelta(days=1)}
+from primus_lib.timegrid import window_size
 
 
 class TimerSpec(SpecModel):
@@ -23,7 +22,4 @@ class TimerSpec(SpecModel):
 
     @property
     def window_size(self) -> timedelta:
-        return WINDOW_SIZES[self.window]
-
-    def window_start(self, index: int) -> datetime:
-        return self.start + index * self.window_size
+        return window_size(self.window)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, PlainSerializer, WithJsonSchema
 
 from primus_lib.spec.units import format_duration, parse_duration, parse_quantity
+from primus_lib.timegrid import as_utc, iso
 
 _INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
 
@@ -28,13 +29,13 @@ Quantity = Annotated[
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    return as_utc(value)  # one argument: pydantic would pass its ValidationInfo as as_utc's second
 
 
 UtcDatetime = Annotated[
     AwareDatetime,
     AfterValidator(_to_utc),
-    PlainSerializer(lambda v: v.strftime("%Y-%m-%dT%H:%M:%SZ"), return_type=str),
+    PlainSerializer(iso, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 """An ISO-8601 instant with a time zone, normalised to UTC."""

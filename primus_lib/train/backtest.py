@@ -30,6 +30,7 @@ import torch
 
 from primus_lib.paths import window_id
 from primus_lib.spec.job import PrimusJob
+from primus_lib.timegrid import epoch_ms, parse_utc, window_starts
 from primus_lib.train.batch import to_batch
 from primus_lib.train.metrics import auc, logloss
 from primus_lib.train.model import ModelOptions
@@ -101,8 +102,6 @@ class BacktestOptions:
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace, data: str) -> BacktestOptions:
-        from primus_lib.cli.datagen import parse_utc
-
         names = [m for m in args.modes.split(";" if ";" in args.modes or "[" in args.modes else ",") if m.strip()]
         runs = [RunConfig.parse(m) for m in names]
         runs += [RunConfig.parse(m) for m in args.ablations.split(";") if m.strip()]
@@ -139,11 +138,7 @@ def load_timeline(job: PrimusJob, data: Path, start: datetime, end: datetime, ev
     began = time.perf_counter()
     batch_spec, stream_spec = job.batch_streams[0], job.stream_streams[0]
     window = job.spec.timer.window_size
-    hours = []
-    at = start
-    while at < end:
-        hours.append(at)
-        at += window
+    hours = list(window_starts(start, end, window, start))
     batch = [batch_window(job, batch_spec, h) for h in hours]
     label = job.spec.features.label
     keys = (batch_spec.join.keys if batch_spec.join else ["request_id"])[0]
@@ -151,7 +146,7 @@ def load_timeline(job: PrimusJob, data: Path, start: datetime, end: datetime, ev
     ts = events.column(job.spec.features.timestamp)
     stream = []
     for h, b in zip(hours, batch, strict=True):
-        lo, hi = int(h.timestamp() * 1000), int((h + window).timestamp() * 1000)
+        lo, hi = epoch_ms(h), epoch_ms(h + window)
         part = events.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
         complete = b.select([keys, label]).rename_columns([keys, COMPLETE])
         part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from primus_lib.durable import fsync_path, write_ipc
+from primus_lib.durable import atomic_write, fsync_path, write_ipc
 
 LATEST = "LATEST"
 
@@ -94,24 +94,6 @@ def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
             f"{path}: checkpoint written by {written} rank(s), this trainer runs {world_size}: "
             "resume with the same --nnodes x --nproc-per-node (or start from a fresh PRIMUS_HOME)"
         )
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` by temp file + fsync + rename (+ fsync of the directory, so
-    the rename itself survives a crash); a failed write leaves no temp file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent)
 
 
 def _prune(directory: Path, keep: int) -> None:

@@ -32,12 +32,13 @@ import time
 from typing import TYPE_CHECKING
 
 from primus_lib.paths import parse_window_id
+from primus_lib.progress import window_summary, write_progress
+from primus_lib.timegrid import epoch_ms
 from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import atomic_write, check_checkpoint, load_latest, save_checkpoint
+from primus_lib.train.checkpoint import check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.distributed import bytes_table, table_bytes
 from primus_lib.train.metrics import WindowStats
 from primus_lib.train.priority import priority
-from primus_lib.train.progress import progress_document, window_summary
 
 if TYPE_CHECKING:
     from primus_lib.train.trainer import Trainer
@@ -236,7 +237,7 @@ class DataParallel:
                 feed.reader.commit(saved["offsets"])
         if self.group.rank == 0:
             streams = {n: [p for g in gathered for p in g["position"]["stream"][n]] for n in t.stream_feeds}
-            atomic_write(t.paths.progress, progress_document(self.global_consumed, t.step, streams, t.mode))
+            write_progress(t.paths.progress, self.global_consumed, t.step, streams, t.mode)
         t.publish_metrics()
 
     def _merge(self, gathered: list[dict]) -> list[str]:
@@ -253,7 +254,7 @@ class DataParallel:
             if stream in t.batch_feeds:
                 finished = all(key in g["position"]["unmerged"] for g in gathered)
             else:
-                end = int(parse_window_id(window).timestamp() * 1000) + t.window_ms
+                end = epoch_ms(parse_window_id(window)) + t.window_ms
                 finished = all(g["horizons"].get(stream, 2**62) >= end for g in gathered)
             if not finished:
                 continue

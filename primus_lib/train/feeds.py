@@ -18,6 +18,7 @@ from primus_lib.data.shards import read_manifest
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
+from primus_lib.timegrid import epoch_ms
 from primus_lib.train.ranks import owns_shard
 
 SEQ_COLUMN = "__seq"  # tags batch rows with their queue entry, to know when a window is consumed
@@ -69,7 +70,7 @@ class BatchFeed:
         window = self.next_window()
         if window is None or not admit(window):
             return None
-        start_ms = int(parse_window_id(window.window).timestamp() * 1000)
+        start_ms = epoch_ms(parse_window_id(window.window))
         if not gate(start_ms + self.lag_ms):
             return None
         manifest = read_manifest(Path(window.path))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from primus_lib.train.checkpoint import atomic_write
+from primus_lib.durable import atomic_write
 from primus_lib.train.metrics import auc, logloss
 
 

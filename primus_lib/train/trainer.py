@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -42,14 +42,15 @@ from prometheus_client import CollectorRegistry
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import JobPaths, parse_window_id, window_id
+from primus_lib.progress import progress_key, window_summary, write_progress
 from primus_lib.spec.job import PrimusJob
+from primus_lib.timegrid import epoch_ms, from_epoch_ms
 from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import atomic_write, check_checkpoint, load_latest, save_checkpoint
+from primus_lib.train.checkpoint import check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed, StreamFeed
 from primus_lib.train.metrics import WindowStats
 from primus_lib.train.prefetch import Prefetcher
 from primus_lib.train.priority import Buffer, PriorityReader
-from primus_lib.train.progress import progress_document, window_summary
 from primus_lib.train.ranks import open_rank_stream_readers
 from primus_lib.train.sharded import make_stepper
 
@@ -115,7 +116,7 @@ class Trainer:
         self.registry = registry or CollectorRegistry()
         self.id_column = spec.features.id or job_keys_first(job)
         switch = options.switch_at or default_switch(job)
-        self.switch_ms = int(switch.timestamp() * 1000) if self.mode == "offline_then_online" else None
+        self.switch_ms = epoch_ms(switch) if self.mode == "offline_then_online" else None
         self.lag_ms = int(max_lag(job).total_seconds() * 1000)  # the largest batch stream lag
         weights = spec.training.priority
         buffers: list[Buffer] = []
@@ -165,7 +166,7 @@ class Trainer:
         self.dp = DataParallel(self) if self.group.active else None
         self.input_metrics = open_input_metrics(self)  # the scaler's trainer signals (input_metrics.py)
         self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
-        self.until_ms = int(parse_window_id(options.until_window).timestamp() * 1000) if options.until_window else None
+        self.until_ms = epoch_ms(parse_window_id(options.until_window)) if options.until_window else None
 
     # -- data ---------------------------------------------------------------------------
     def watermark_ms(self) -> int | None:
@@ -186,13 +187,13 @@ class Trainer:
         return mark
 
     def admit(self, window: QueuedWindow) -> bool:
-        start = int(parse_window_id(window.window).timestamp() * 1000)
+        start = epoch_ms(parse_window_id(window.window))
         if self.until_ms is not None and start > self.until_ms:
             return False
         if self.switch_ms is not None and start >= self.switch_ms - self.lag_ms:
             return False  # offline_then_online: the stream takes over from here
         end = self.job.spec.timer.end
-        return end is None or start < int(end.timestamp() * 1000)
+        return end is None or start < epoch_ms(end)
 
     def read_inputs(self) -> bool:
         """Read from the feeds into the staging buffers up to the high-water mark.
@@ -283,7 +284,7 @@ class Trainer:
         window = feed.windows.get(seq)
         if window is not None and window.seq not in self.seq_rows:
             rows = feed.expected_rows(window)
-            self.seq_rows[window.seq] = [f"{window.stream}/{window.window}", rows, 0]
+            self.seq_rows[window.seq] = [progress_key(window.stream, window.window), rows, 0]
             if rows == 0:
                 self._window_done(window.seq)
 
@@ -296,10 +297,10 @@ class Trainer:
         last = feed.windows.get(feed.done_seq)
         if last is None:
             return False
-        start = int(parse_window_id(last.window).timestamp() * 1000)
+        start = epoch_ms(parse_window_id(last.window))
         if self.until_ms is not None and start >= self.until_ms:
             return True
-        return end is not None and start + self.window_ms >= int(end.timestamp() * 1000)
+        return end is not None and start + self.window_ms >= epoch_ms(end)
 
     # -- training -----------------------------------------------------------------------
     def train_one(self) -> bool:
@@ -336,7 +337,7 @@ class Trainer:
                 self.stream_window = newest
             for w in set(windows.tolist()):
                 mask = windows == w
-                key = f"{buffer.name}/{window_id(datetime_from_ms(w * self.window_ms))}"
+                key = progress_key(buffer.name, window_id(from_epoch_ms(w * self.window_ms)))
                 self._stats(key).add(labels[mask], result.probs[mask])
         if self.sample_log is not None and batch.ids is not None:
             with open(self.sample_log, "a", encoding="utf-8") as handle:
@@ -380,7 +381,7 @@ class Trainer:
         for name in self.stream_feeds:
             horizon = self.stream_horizon(name)
             for key in [k for k in self.stats if k.startswith(f"{name}/")]:
-                start = int(parse_window_id(key.split("/", 1)[1]).timestamp() * 1000)
+                start = epoch_ms(parse_window_id(key.split("/", 1)[1]))
                 if start + self.window_ms <= horizon:
                     self._consume(key, self.stats.pop(key))
 
@@ -452,7 +453,7 @@ class Trainer:
             for feed in feeds:  # only now is the position durable on our side
                 feed.reader.commit(feed.position()["offsets"])
         stream_position = {n: [f.position() for f in fs] for n, fs in self.stream_feeds.items()}
-        atomic_write(self.paths.progress, progress_document(self.consumed, self.step, stream_position, self.mode))
+        write_progress(self.paths.progress, self.consumed, self.step, stream_position, self.mode)
         self.windows_done_since_checkpoint = False
 
     def log_run(self, step: int) -> None:
@@ -531,7 +532,7 @@ class Trainer:
         if self.options.until_window is None:
             return False
         if self.batch_feeds:
-            return all(f"{name}/{self.options.until_window}" in self.consumed for name in self.batch_feeds)
+            return all(progress_key(name, self.options.until_window) in self.consumed for name in self.batch_feeds)
         marks = [f.watermark_ms for fs in self.stream_feeds.values() for f in fs]
         return (
             bool(marks)
@@ -588,10 +589,6 @@ def job_keys_first(job: PrimusJob) -> str | None:
 
     keys = job_keys(job)
     return keys[0] if keys else None
-
-
-def datetime_from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _env_path(name: str) -> Path | None:

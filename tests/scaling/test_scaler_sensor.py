@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+from primus_lib.airflow_api import AirflowApi, AirflowApiError
 from primus_lib.metrics import ExecutorMetrics, TrainerMetrics
 from primus_lib.resources.table import read_json, resources_dir
-from primus_lib.scaling.airflow_pools import AirflowPoolClient, PoolAPIError
 from tests.fake_http import FakeHTTP
 from tests.resources.conftest import make_job
 
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.integration
 
 
 def test_pool_client_creates_then_patches_a_pool(airflow_api_server):
-    client = AirflowPoolClient(airflow_api_server.url, airflow_api_server.username, airflow_api_server.password)
-    assert client.get("primus-pool-test") is None
-    assert client.set_slots("primus-pool-test", 4)["slots"] == 4
-    assert client.set_slots("primus-pool-test", 7)["slots"] == 7
-    assert client.get("primus-pool-test")["slots"] == 7
-    with pytest.raises(PoolAPIError, match="auth/token"):
-        AirflowPoolClient(airflow_api_server.url, "admin", "wrong").get("x")
+    client = AirflowApi(airflow_api_server.url, airflow_api_server.username, airflow_api_server.password)
+    assert client.pool("primus-pool-test") is None
+    assert client.set_pool_slots("primus-pool-test", 4)["slots"] == 4
+    assert client.set_pool_slots("primus-pool-test", 7)["slots"] == 7
+    assert client.pool("primus-pool-test")["slots"] == 7
+    with pytest.raises(AirflowApiError, match="auth/token"):
+        AirflowApi(airflow_api_server.url, "admin", "wrong").pool("x")
 
 
 def test_pool_requests_are_what_airflow_documents():
@@ -43,7 +43,7 @@ def test_pool_requests_are_what_airflow_documents():
         return 200, {"name": "primus-x", "slots": 3, "include_deferred": False}
 
     http = FakeHTTP(answer)
-    AirflowPoolClient("http://af:8080", "u", "p", session=http.session()).set_slots("primus-x", 3)
+    AirflowApi("http://af:8080", "u", "p", session=http.session()).set_pool_slots("primus-x", 3)
     patch = http.requests[-1]
     assert patch.method == "PATCH" and patch.path == "/api/v2/pools/primus-x"
     assert patch.query == {"update_mask": ["slots"]}
@@ -80,8 +80,8 @@ def test_sensor_poke_applies_one_decision_per_role(airflow_api_server, job_env, 
     assert result.is_done  # the next window is long due: one step, then done
     decisions = {d["role"]: d for d in result.xcom_value}
     assert decisions["data_executor"]["action"] == "scale_up" and decisions["data_executor"]["replicas"] == 5
-    pools = AirflowPoolClient(airflow_api_server.url, airflow_api_server.username, airflow_api_server.password)
-    assert pools.get("primus-scaler-demo")["slots"] == 5
+    pools = AirflowApi(airflow_api_server.url, airflow_api_server.username, airflow_api_server.password)
+    assert pools.pool("primus-scaler-demo")["slots"] == 5
     assert decisions["stream_executor"]["replicas"] == 3
     desired = read_json(resources_dir(job) / "desired.json")
     assert desired["roles"]["stream_executor"]["replicas"] == 3  # the local backend's request

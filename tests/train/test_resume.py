@@ -102,7 +102,7 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp_on_failure(tmp_path):
-    from primus_lib.train.checkpoint import atomic_write
+    from primus_lib.durable import atomic_write
 
     target = tmp_path / "progress.json"
     atomic_write(target, "first")

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from primus_operators._common import asset_uri, load_spec, window_of
+from primus_lib.progress import consumed_metrics, progress_key, read_progress
+from primus_operators._common import airflow_api, asset_uri, load_spec, window_of
 from primus_operators.hooks.env import connection_env
-from primus_operators.triggers.trainer_progress import TrainerProgressTrigger, consumed_metrics, read_progress
+from primus_operators.triggers.trainer_progress import TrainerProgressTrigger
 
 if TYPE_CHECKING:
     from primus_lib.spec import PrimusJob
@@ -29,7 +30,7 @@ def window_keys(job: PrimusJob, start: datetime) -> list[str]:
     """Progress keys (``<stream>/<window-id>``) the trainer must have consumed for this window."""
     from primus_lib.paths import window_id
 
-    return [f"{stream.name}/{window_id(start)}" for stream in job.batch_streams]
+    return [progress_key(stream.name, window_id(start)) for stream in job.batch_streams]
 
 
 def summarize(windows: dict[str, dict]) -> dict[str, Any]:
@@ -155,23 +156,13 @@ class PrimusTrainerOperator(BaseOperator):
     def _note(self, context: Any, text: str) -> None:
         """Put the metrics on the task's note (Grid view) through the API server, when a connection
         ``api_conn_id`` (http, host/port, login/password) exists; tasks cannot write notes otherwise."""
-        from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
-
-        try:
-            conn = BaseHook.get_connection(self.api_conn_id)
-        except AirflowNotFoundException:
+        api = airflow_api(self.api_conn_id)
+        if api is None:
             self.log.info("no connection %r: metrics not written to the task note", self.api_conn_id)
             return
-        from primus_lib.cli.backfill import AirflowApi
-
-        base = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
         ti = context["ti"]
-        path = f"/api/v2/dags/{ti.dag_id}/dagRuns/{ti.run_id}/taskInstances/{ti.task_id}"
         try:
-            AirflowApi(base, conn.login or "admin", conn.password).request(
-                "PATCH", path, {"note": text}, {"update_mask": "note"}
-            )
+            api.set_task_note(ti.dag_id, ti.run_id, ti.task_id, text)
         except Exception as exc:  # a note is a convenience: never fail a trained window for it
             self.log.warning("could not write the task note: %s", exc)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 
 class PrimusScalerSensor(BaseSensorOperator):
@@ -39,24 +39,19 @@ class PrimusScalerSensor(BaseSensorOperator):
         self.airflow_conn_id, self.scale_stream_executors = airflow_conn_id, scale_stream_executors
 
     def _pool_actuator(self, job):
-        from airflow.sdk.exceptions import AirflowNotFoundException
+        from primus_lib.scaling.airflow_pools import PoolActuator
+        from primus_operators._common import airflow_api, pool_name
 
-        from primus_lib.scaling.airflow_pools import AirflowPoolClient, PoolActuator
-        from primus_operators._common import pool_name
-
-        try:
-            conn = BaseHook.get_connection(self.airflow_conn_id)
-        except AirflowNotFoundException:  # optional in the embedded default
+        api = airflow_api(self.airflow_conn_id)
+        if api is None:  # optional in the embedded default
             self.log.warning("no connection %r: pool slots will not be changed", self.airflow_conn_id)
             return None
-        scheme = conn.schema or "http"
-        base = f"{scheme}://{conn.host}:{conn.port}" if conn.port else f"{scheme}://{conn.host}"
-        client = AirflowPoolClient(base, username=conn.login, password=conn.password)
-        return PoolActuator(client, pool_name(job.name))
+        return PoolActuator(api, pool_name(job.name))
 
     def poke(self, context: Any) -> PokeReturnValue:
         from primus_lib.scaling.step import scaling_step
-        from primus_operators._common import load_spec, utc
+        from primus_lib.timegrid import as_utc
+        from primus_operators._common import load_spec
 
         job = load_spec(self.spec_path)
         backend = None
@@ -70,8 +65,5 @@ class PrimusScalerSensor(BaseSensorOperator):
             self.log.info("scaling decision: %s", decision.to_dict())
         end = context.get("data_interval_end")
         window = job.spec.timer.window_size
-        due = end is None or datetime.now(UTC) >= utc(end) + window
+        due = end is None or datetime.now(UTC) >= as_utc(end) + window
         return PokeReturnValue(is_done=due, xcom_value=[d.to_dict() for d in decisions] if due else None)
-
-
-ScalerSensor = PrimusScalerSensor  # short alias

@@ -2,7 +2,8 @@
 
 A run's data interval is exactly the window ``[t, t + window)``; the run may start once the
 window's batch data is complete, ``lag`` after the window's end (``run_after``). Windows are
-aligned to the spec's ``timer.start`` and stop before ``timer.end``.
+aligned to the spec's ``timer.start`` and stop before ``timer.end``; the arithmetic is
+``primus_lib.timegrid``'s.
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ from typing import Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
-WINDOWS: dict[str, timedelta] = {"1h": timedelta(hours=1), "1d": timedelta(days=1)}
+from primus_lib import timegrid
 
 
 def _utc(value: datetime | str) -> datetime:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        raise ValueError(f"expected a timezone-aware instant, found {value!r}")
-    utc = value.astimezone(UTC)  # a plain datetime (pendulum's arithmetic rejects mixing)
-    return datetime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=UTC)
+    """A plain UTC datetime; a naive instant is refused (a timetable must not guess the zone)."""
+    return timegrid.as_utc(value, assume_utc=False)
 
 
 def _pendulum(value: datetime) -> pendulum.DateTime:
@@ -36,8 +33,7 @@ class PrimusWindowTimetable(Timetable):
     can_be_scheduled = True
 
     def __init__(self, start: datetime, window: str = "1h", end: datetime | None = None, lag: timedelta = timedelta(0)):
-        if window not in WINDOWS:
-            raise ValueError(f"window: expected one of {sorted(WINDOWS)}, found {window!r}")
+        self.size = timegrid.window_size(window)
         self.start = _utc(start)
         self.end = _utc(end) if end is not None else None
         self.window = window
@@ -50,10 +46,6 @@ class PrimusWindowTimetable(Timetable):
     def from_timer(cls, timer: Any, lag: timedelta = timedelta(0)) -> PrimusWindowTimetable:
         """Build from a ``primus_lib.spec.TimerSpec`` (duck-typed to keep this module light)."""
         return cls(start=timer.start, window=timer.window, end=timer.end, lag=lag)
-
-    @property
-    def size(self) -> timedelta:
-        return WINDOWS[self.window]
 
     @property
     def summary(self) -> str:
@@ -86,21 +78,10 @@ class PrimusWindowTimetable(Timetable):
     # --- window arithmetic -------------------------------------------------------------
     def floor(self, instant: datetime) -> datetime:
         """Start of the window containing ``instant`` (windows are aligned to ``start``)."""
-        steps = (_utc(instant) - self.start) // self.size
-        return self.start + steps * self.size
+        return timegrid.floor(_utc(instant), self.size, self.start)
 
     def ceil(self, instant: datetime) -> datetime:
-        floor = self.floor(instant)
-        return floor if floor == _utc(instant) else floor + self.size
-
-    def windows_between(self, first: datetime, last: datetime) -> list[datetime]:
-        """Starts of the windows whose start lies in ``[first, last]``, inside the timer's range."""
-        current = max(self.ceil(first), self.start)
-        out = []
-        while current <= _utc(last) and (self.end is None or current + self.size <= self.end):
-            out.append(current)
-            current += self.size
-        return out
+        return timegrid.ceil(_utc(instant), self.size, self.start)
 
     def _info(self, start: datetime) -> DagRunInfo:
         end = start + self.size

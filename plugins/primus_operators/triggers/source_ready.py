@@ -52,10 +52,11 @@ class SourceReadyTrigger(BaseTrigger):
         )
 
     def _check(self) -> tuple[bool, str]:
-        from primus_operators._common import load_spec, utc
+        from primus_lib.timegrid import as_utc
+        from primus_operators._common import load_spec
         from primus_operators.operators.source import readiness
 
-        return readiness(load_spec(self.spec_path), self.stream, self.source, utc(self.window_start))
+        return readiness(load_spec(self.spec_path), self.stream, self.source, as_utc(self.window_start))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         deadline = time.monotonic() + self.timeout

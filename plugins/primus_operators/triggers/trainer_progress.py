@@ -1,41 +1,24 @@
-"""Wait in the triggerer until the trainer's checkpoint says it consumed a window."""
+"""Wait in the triggerer until the trainer's checkpoint says it consumed a window.
+
+The file is read through ``primus_lib.progress``, the one module that knows its format.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from primus_lib.progress import consumed_metrics, missing, read_progress
 
 # The operator checked just before deferring. Firing soon after can beat the scheduler to the
 # deferring process's exit event, which Airflow 3.3 then reads as "task state changed
 # externally" and fails the resumed try (apache/airflow#71580, #72716; seen here with the
 # LocalExecutor on 2 busy cores with a 5 s wait). Waiting 15 s first keeps clear of that race.
 FIRST_CHECK_AFTER = 15.0
-
-
-def read_progress(path: str | Path) -> dict[str, Any]:
-    """``trainer/progress.json`` (see docs/contracts.md), or an empty document before the first checkpoint."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {"consumed": {}}
-    document = json.loads(text)  # written atomically by the trainer: never half a file
-    if not isinstance(document, dict) or not isinstance(document.get("consumed", {}), dict):
-        raise ValueError(f"{path}: expected an object with a 'consumed' mapping")
-    return document
-
-
-def consumed_metrics(progress: dict[str, Any], keys: list[str]) -> dict[str, Any] | None:
-    """Metrics of the windows ``keys`` (``<stream>/<window-id>``) once all are consumed, else None."""
-    consumed = progress.get("consumed", {})
-    if not all(key in consumed for key in keys):
-        return None
-    return {key: consumed[key] for key in keys}
 
 
 class TrainerProgressTrigger(BaseTrigger):
@@ -88,11 +71,11 @@ class TrainerProgressTrigger(BaseTrigger):
                 )
                 return
             if time.monotonic() >= deadline:
-                missing = [k for k in self.keys if k not in progress.get("consumed", {})]
                 yield TriggerEvent(
                     {
                         "status": "timeout",
-                        "message": f"trainer did not consume {', '.join(missing)} within {self.timeout:.0f}s "
+                        "message": f"trainer did not consume {', '.join(missing(progress, self.keys))} within "
+                        f"{self.timeout:.0f}s "
                         f"(progress file {self.progress_path}, step {progress.get('step')})",
                         "windows": {},
                     }

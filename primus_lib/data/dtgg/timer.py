@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from primus_lib.spec.job import PrimusJob
-
-
-def align(when: datetime, size: timedelta, origin: datetime) -> datetime:
-    """The start of the window containing ``when``."""
-    return origin + ((when - origin) // size) * size
+from primus_lib.timegrid import window_starts
 
 
 def windows(job: PrimusJob, start: datetime | None = None, end: datetime | None = None) -> Iterator[datetime]:
@@ -20,12 +16,6 @@ def windows(job: PrimusJob, start: datetime | None = None, end: datetime | None 
     far to go (for example up to the last window whose data is ready).
     """
     timer = job.spec.timer
-    size = timer.window_size
-    first = align(max(start or timer.start, timer.start), size, timer.start)
-    if first < (start or timer.start):
-        first += size
-    stop = min(t for t in (end, timer.end) if t is not None) if (end or timer.end) else None
-    current = first
-    while stop is None or current < stop:
-        yield current
-        current += size
+    first = max(start or timer.start, timer.start)
+    stops = [t for t in (end, timer.end) if t is not None]
+    return window_starts(first, min(stops) if stops else None, timer.window_size, timer.start)

@@ -7,14 +7,16 @@ failure here is logged and ignored: metrics never fail a data task."""
 
 from __future__ import annotations
 
-import json
 import os
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from primus_lib.allocation import role_resources
 from primus_lib.metrics.instruments import ExecutorMetrics, write_snapshot
 from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name
 from primus_lib.paths import JobPaths
+from primus_lib.progress import progress_key, read_progress
 from primus_lib.spec.job import PrimusJob
 
 ROLE = "data_executor"
@@ -27,15 +29,13 @@ def batch_backlog(job: PrimusJob) -> float:
     run ahead (0: the trainer has everything the executors made; 1: a full pipeline waits)."""
     paths = JobPaths.for_job(job)
     streams = {s.name for s in job.batch_streams}
-    if not streams or not paths.ledger.exists():
+    if not streams or (isinstance(paths.ledger, Path) and not paths.ledger.exists()):
         return 0.0
     from primus_lib.data.training_queue import TrainingQueue
 
-    queued = {f"{w.stream}/{w.window}" for w in TrainingQueue(paths.ledger).windows() if w.stream in streams}
-    consumed: dict = {}
-    if paths.progress.exists():
-        consumed = json.loads(paths.progress.read_text(encoding="utf-8")).get("consumed", {})
-    waiting = len(queued - set(consumed))
+    queue = TrainingQueue(paths.ledger).windows()
+    queued = {progress_key(w.stream, w.window) for w in queue if w.stream in streams}
+    waiting = len(queued - set(read_progress(paths.progress)["consumed"]))
     ahead = int(os.environ.get(WINDOWS_AHEAD_ENV, DEFAULT_WINDOWS_AHEAD)) * len(streams)
     return min(1.0, waiting / max(1, ahead))
 
@@ -44,8 +44,6 @@ class TaskMetrics:
     """Started with the task (psutil measures CPU from here), finished with its row count."""
 
     def __init__(self, job: PrimusJob, task_id: str) -> None:
-        from primus_lib.scaling.store import role_resources
-
         self.job, self.task_id = job, task_id
         cpu, memory = role_resources(job, ROLE)
         self.registry = CollectorRegistry()

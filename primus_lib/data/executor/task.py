@@ -15,6 +15,7 @@ import hashlib
 import os
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +26,10 @@ from primus_lib.data.sources.files import read_task
 from primus_lib.data.task import DataTask
 from primus_lib.durable import write_ipc
 from primus_lib.paths import JobPaths
+from primus_lib.resources.limits import Limits, enforced
 from primus_lib.spec.job import PrimusJob
+
+EXECUTOR_ROLE = "data_executor"  # whose allotment (scaling/resources.json, else the spec) a task runs under
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ def staging_path(job: PrimusJob, task: DataTask) -> Path:
 def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | None = None) -> TaskOutput:
     """Decode one data task into its staging file; a task already staged is returned as is.
 
+    The task runs under the data executors' current allotment (``primus_lib.resources.limits``):
+    ``ceil(cpu)`` Arrow/OpenMP threads, a memory cap (``MemoryCapExceeded`` past it).
     ``timings``, if given, accumulates the seconds spent reading + decoding and staging."""
     path = staging_path(job, task)
     if path.exists():
@@ -61,22 +67,24 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
             return _describe(task.id, path)
         except pa.ArrowInvalid:  # torn by a host crash (staged files are not fsynced): stage it again
             path.unlink(missing_ok=True)
-    report = TaskMetrics.start(job, task.id)  # the scaler's inputs (executor/metrics.py)
-    began = time.perf_counter()
-    table = read_task(job, task).combine_chunks()
-    read = time.perf_counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        digest = write_ipc(tmp, table, fsync=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    if timings is not None:
-        timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
-        timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
-    if report is not None:
-        report.finish(table.num_rows)
+    limits = Limits.for_role(job, EXECUTOR_ROLE)  # read at start: the scaler may have resized the role
+    with enforced(limits, f"data task {task.id}") if limits else nullcontext():
+        report = TaskMetrics.start(job, task.id)  # the scaler's inputs (executor/metrics.py)
+        began = time.perf_counter()
+        table = read_task(job, task).combine_chunks()
+        read = time.perf_counter()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+        try:
+            digest = write_ipc(tmp, table, fsync=False)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if timings is not None:
+            timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
+            timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
+        if report is not None:
+            report.finish(table.num_rows)
     return TaskOutput(task.id, str(path), table.num_rows, digest)
 
 

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 import pyarrow.fs as pafs
 
-_LOCK = threading.Lock()
 WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # the NameNode of authority-less webhdfs:/// URIs
 WEBHDFS_DEFAULT_PORT = 9870
 

@@ -32,6 +32,7 @@ from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
+from primus_lib.timegrid import epoch_ms
 
 T = TypeVar("T")
 
@@ -163,7 +164,7 @@ class KafkaStreamReader(StreamReader):
         """The first offset to read of every partition, resolved now (never a logical offset)."""
         mode = self.spec.startup
         if mode == "timestamp":
-            ms = int(self.spec.startup_timestamp.timestamp() * 1000)  # type: ignore[union-attr]
+            ms = epoch_ms(self.spec.startup_timestamp)  # type: ignore[arg-type]
             asked = [TopicPartition(self.topic, p, ms) for p in self.partitions]
             answer = retrying(lambda: _checked(self.consumer.offsets_for_times(asked, timeout=10)))
         elif mode == "group_offsets":

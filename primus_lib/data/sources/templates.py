@@ -1,4 +1,4 @@
-"""Path templates with time placeholders: which partition a window reads, and static prefixes.
+"""Path templates with time placeholders: which partition a window reads.
 
 A template is a source URI such as ``s3://logs/impressions/{YYYY}{MM}{DD}/{HH}/``. A URI that
 ends in ``/`` names a partition directory whose files match ``file_pattern``; otherwise the
@@ -19,13 +19,6 @@ _PLACEHOLDER = re.compile(r"\{(YYYY|MM|DD|HH)\}")
 def render(template: str, when: datetime) -> str:
     """The template with every placeholder replaced by ``when``'s UTC fields."""
     return _PLACEHOLDER.sub(lambda m: when.strftime(_FIELDS[m.group(1)]), template)
-
-
-def static_prefix(template: str) -> str:
-    """The part before the first placeholder, cut back to a directory boundary."""
-    match = _PLACEHOLDER.search(template)
-    head = template if match is None else template[: match.start()]
-    return head[: head.rfind("/") + 1] if "/" in head else ""
 
 
 def has_placeholders(template: str) -> bool:

@@ -1,0 +1,50 @@
+"""The CPU and memory each role's workers get now: the vertical policy's latest decision, else the spec.
+
+``<job>/scaling/resources.json`` maps a role to ``{"cpu": cores, "memory": bytes}``. The scaler
+(``primus_lib.scaling``) writes it; whoever sizes or measures a worker reads it: the DAG's
+``executor_config`` for the mapped data-executor tasks, and those tasks' metrics (usage against
+the allocation). A module of its own so that the readers need not import the scaler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from primus_lib.durable import atomic_write
+from primus_lib.paths import JobPaths
+from primus_lib.spec.job import PrimusJob
+
+RESOURCES_FILE = "resources.json"
+
+
+def scaling_dir(job: PrimusJob) -> Path:
+    """The job's scaling state (``primus_lib.scaling.store``), resources.json included."""
+    return JobPaths.for_job(job).root / "scaling"
+
+
+def read_allocations(directory: Path) -> dict[str, dict[str, float]]:
+    """Every role recorded in ``directory``'s resources.json (empty before the first decision)."""
+    path = Path(directory) / RESOURCES_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def record_allocation(directory: Path, role: str, cpu: float, memory: float) -> None:
+    """Set one role's per-worker allocation (cores, bytes), keeping the others; atomic."""
+    current = read_allocations(directory)
+    current[role] = {"cpu": cpu, "memory": memory}
+    atomic_write(Path(directory) / RESOURCES_FILE, json.dumps(current, indent=1, sort_keys=True))
+
+
+def role_resources(job: PrimusJob, role: str) -> tuple[float, float]:
+    """The role's per-worker (cpu cores, memory bytes): the latest vertical decision, else the spec."""
+    decided = read_allocations(scaling_dir(job)).get(role)
+    if decided:
+        return float(decided["cpu"]), float(decided["memory"])
+    spec = job.spec.resources.roles[role]
+    return spec.cpu, spec.memory
