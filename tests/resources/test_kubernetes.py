@@ -240,14 +240,16 @@ def test_trainer_failover_by_the_job_controller_then_critical_failure(admin, job
 
     simulate_exit(admin, ns, second.metadata.name, 1)  # SIMULATION: fails again -> backoffLimit reached
 
-    def failed():
-        status = backend.ensure_running()
-        return status if status.phase == "Failed" else None
+    # Read the Job controller's verdict before asking the backend: once the backend sees the
+    # failure it deletes the workloads, the trainer Job included.
+    def job_conditions():
+        conditions = backend.cluster.batch.read_namespaced_job("ctr-demo-trainer", ns).status.conditions
+        return [(c.type, c.reason) for c in conditions or []] or None
 
-    status = wait_for("the Job controller gives up (BackoffLimitExceeded)", failed, timeout=60)
-    assert "trainer" in status.message
-    conditions = backend.cluster.batch.read_namespaced_job("ctr-demo-trainer", ns).status.conditions
-    assert [(c.type, c.reason) for c in conditions] == [("Failed", "BackoffLimitExceeded")]
+    conditions = wait_for("the Job controller gives up (BackoffLimitExceeded)", job_conditions, timeout=60)
+    assert conditions == [("Failed", "BackoffLimitExceeded")]
+    status = backend.ensure_running()
+    assert status.phase == "Failed" and "trainer" in status.message and "backoffLimit" in status.message
     backend.reconcile()
     assert backend.cluster.apps.list_namespaced_stateful_set(ns).items == []  # the other roles stopped
     wait_for("stream executor pods deleted", lambda: not pods(admin, ns, selector(job, "stream_executor")))
