@@ -11,7 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", metavar="SPEC")
     parser.add_argument("--until-window", metavar="WINDOW_ID", help="stop after this batch window (YYYYMMDDTHHMMSSZ)")
     parser.add_argument("--max-steps", type=int, help="stop after this many training steps in total")
-    parser.add_argument("--mode", help="override spec.training.mode")
+    parser.add_argument("--mode", help="override spec.training.mode (see primus_lib/train/modes.py)")
     parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds between looks for new windows")
     parser.add_argument("--checkpoint-steps", type=int, help="also checkpoint every N steps (default: per window)")
     parser.add_argument(
@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_lib.paths import parse_window_id
     from primus_lib.spec import load_job
     from primus_lib.timegrid import parse_utc
+    from primus_lib.train.modes import MODES
     from primus_lib.train.trainer import TrainerOptions, run_trainer
 
     job = load_job(args.spec)
@@ -39,11 +40,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"primus train: {exc} (--until-window expects YYYYMMDDTHHMMSSZ)", file=sys.stderr)
         return 2
-    if args.mode and args.mode not in ("mtrm", "single_tower", "offline", "online", "offline_then_online"):
-        print(
-            f"primus train: --mode {args.mode!r}: expected mtrm|single_tower|offline|online|offline_then_online",
-            file=sys.stderr,
-        )
+    if args.mode and args.mode not in MODES:
+        print(f"primus train: --mode {args.mode!r}: expected {'|'.join(MODES)}", file=sys.stderr)
         return 2
     options = TrainerOptions(
         until_window=args.until_window,

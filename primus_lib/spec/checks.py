@@ -15,12 +15,14 @@ PLACEHOLDERS = {"YYYY": "year", "MM": "month", "DD": "day", "HH": "hour"}
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URI_SCHEMES = ("file", "s3", "hdfs", "webhdfs")
 REQUIRED_ROLES = ("trainer",)
-MODE_NEEDS = {
+# The data stream kinds each training mode reads: the one table of the modes (names in
+# training.TrainingMode). primus_lib.train.modes derives the trainer's and eval's rules from it.
+MODE_NEEDS: dict[str, tuple[str, ...]] = {
     "mtrm": ("batch", "stream"),
     "single_tower": ("batch", "stream"),
-    "offline_then_online": ("batch", "stream"),
     "offline": ("batch",),
     "online": ("stream",),
+    "offline_then_online": ("batch", "stream"),
 }
 
 

@@ -1,46 +1,44 @@
 """``primus eval``: replay time as production sees it and score every mode the same way.
 
-Hour by hour: while the stream is at window ``t``, the stream's rows of ``t`` (with their
-real-time labels) arrive and batch window ``t - lag`` (complete labels) becomes available.
-Each stream window is first scored by the served output of the current model (progressive
-validation), against the most complete label known (the clicks joined later, i.e. the batch
-label of the same request), and only then handed to the buffers. The buffers are drained
-through the trainer's PriorityReader and Stepper (the same code as ``primus train``): every
-full minibatch is one step, remainders wait for the next hour.
-
-Modes decide which rows they receive:
-- mtrm, single_tower: the stream and the batch; offline: the batch; online: the stream;
-- offline_then_online: the batch until ``switch`` (eval start), then the stream, starting
-  with the stream rows since the last batch window trained (a catch-up, so no data is lost).
+Each run is the trainer itself (``loop.Trainer``: its feeds, batch-lag gate, priority rule,
+partial-window flush, mode switch, Algorithm 1 steps) in a world that releases the data
+hour by hour (``timeline.HourlyWorld``): while the stream is at window ``t``, the stream's
+rows of ``t`` (real-time labels) arrive through a replayed stream and batch window
+``t - lag`` (complete labels) is committed to the run's training queue. Each stream window is
+first scored by the served output of the current model (progressive validation), against
+the most complete label known (the batch label of the same request), before anything of it
+is trained. What each mode reads is ``modes.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
+from prometheus_client import CollectorRegistry
 
-from primus_lib.paths import window_id
+from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
-from primus_lib.timegrid import epoch_ms, parse_utc, window_starts
-from primus_lib.train.batch import to_batch
-from primus_lib.train.metrics import auc, logloss
+from primus_lib.timegrid import parse_utc
+from primus_lib.train.loop import Trainer
 from primus_lib.train.model import ModelOptions
-from primus_lib.train.priority import Buffer, PriorityReader
-from primus_lib.train.replay import batch_window, stream_file
+from primus_lib.train.modes import MODES
+from primus_lib.train.options import TrainerOptions
 from primus_lib.train.report import Report
 from primus_lib.train.steps import Stepper
+from primus_lib.train.timeline import COMPLETE, HourlyWorld, Timeline, WindowStore, load_timeline
 
-COMPLETE = "__label_complete"
-BASE_MODES = ("mtrm", "single_tower", "offline", "online", "offline_then_online")
+__all__ = ["BASE_MODES", "COMPLETE", "BacktestOptions", "RunConfig", "RunResult", "load_timeline", "run_backtest",
+           "run_one"]  # fmt: skip
+BASE_MODES = MODES  # kept for callers of the old name
+_STORE: WindowStore | None = None  # committed batch windows, shared by runs over the same tables
 _VARIANT = re.compile(r"^([a-z_]+)(?:\[(.*)\])?$")
 
 
@@ -59,12 +57,13 @@ class RunConfig:
     adapt: list[int] | None = None
     memory: list[int] | None = None
     prio: float | None = None  # stream weight (batch weight 1)
+    flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
     def parse(cls, text: str) -> RunConfig:
         match = _VARIANT.match(text.strip())
-        if not match or match.group(1) not in BASE_MODES:
-            raise ValueError(f"--modes: {text!r}: expected MODE or MODE[key=value,...] with MODE in {BASE_MODES}")
+        if not match or match.group(1) not in MODES:
+            raise ValueError(f"--modes: {text!r}: expected MODE or MODE[key=value,...] with MODE in {MODES}")
         config = cls(name=text.strip(), mode=match.group(1))
         for item in filter(None, (match.group(2) or "").split(",")):
             key, _, value = item.partition("=")
@@ -78,6 +77,7 @@ class RunConfig:
                 "adapt": lambda v: [int(x) for x in v.split("-")],
                 "memory": lambda v: [int(x) for x in v.split("-")],
                 "prio": float,
+                "flush": lambda v: v in ("1", "true", "yes"),
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -122,43 +122,6 @@ class BacktestOptions:
 
 
 @dataclass
-class Timeline:
-    """The decoded data of the whole range, one entry per hour."""
-
-    hours: list[datetime]
-    stream: list[pa.Table]  # per hour: stream samples + the complete label
-    batch: list[pa.Table]  # per hour: the joined batch window
-    lag_hours: int
-    eval_from: int  # first scored hour index
-    switch: int  # offline_then_online's switch hour index
-    load_seconds: float = 0.0
-
-
-def load_timeline(job: PrimusJob, data: Path, start: datetime, end: datetime, eval_from: datetime | None) -> Timeline:
-    began = time.perf_counter()
-    batch_spec, stream_spec = job.batch_streams[0], job.stream_streams[0]
-    window = job.spec.timer.window_size
-    hours = list(window_starts(start, end, window, start))
-    batch = [batch_window(job, batch_spec, h) for h in hours]
-    label = job.spec.features.label
-    keys = (batch_spec.join.keys if batch_spec.join else ["request_id"])[0]
-    events = stream_file(job, stream_spec, Path(data) / "stream" / "events.jsonl")
-    ts = events.column(job.spec.features.timestamp)
-    stream = []
-    for h, b in zip(hours, batch, strict=True):
-        lo, hi = epoch_ms(h), epoch_ms(h + window)
-        part = events.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
-        complete = b.select([keys, label]).rename_columns([keys, COMPLETE])
-        part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)
-        part = part.append_column("__fill", pc.fill_null(part.column(COMPLETE), part.column(label))).drop([COMPLETE])
-        part = part.rename_columns([*part.column_names[:-1], COMPLETE]).sort_by(job.spec.features.timestamp)
-        stream.append(part)
-    lag = int(batch_spec.lag / window)
-    first = hours.index(eval_from) if eval_from in hours else min(len(hours) - 1, lag + int(timedelta(days=1) / window))
-    return Timeline(hours, stream, batch, lag, first, first, time.perf_counter() - began)
-
-
-@dataclass
 class RunResult:
     config: RunConfig
     seed: int
@@ -169,18 +132,12 @@ class RunResult:
     seconds: float = 0.0
 
 
-def run_one(job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int) -> RunResult:
-    """One mode, one seed, through the trainer's PriorityReader and Stepper."""
+def run_one(
+    job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None
+) -> RunResult:
+    """One mode, one seed: the trainer loop over the timeline's hours."""
     began = time.perf_counter()
-    spec = job.spec
-    if config.adapt or config.memory:
-        model = spec.model.model_copy(
-            update={
-                "adapt_tower": config.adapt or spec.model.adapt_tower,
-                "memory_tower": config.memory or spec.model.memory_tower,
-            }
-        )
-        job = job.model_copy(update={"spec": spec.model_copy(update={"model": model})})
+    job = _configured(job, config)
     stepper = Stepper(
         job,
         mode=config.mode,
@@ -191,64 +148,46 @@ def run_one(job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int) ->
         sparse_learning_rate=config.sparse_lr,
         seed=seed,
     )
-    features = spec.features
-    batch_name, stream_name = job.batch_streams[0].name, job.stream_streams[0].name
-    weights = dict(spec.training.priority)
-    if config.prio is not None:
-        weights = {batch_name: 1.0, stream_name: config.prio}
-    now = [0.0]
-    reader = PriorityReader(
-        [
-            Buffer(batch_name, "batch", weights.get(batch_name, 1.0), features.timestamp),
-            Buffer(stream_name, "stream", weights.get(stream_name, 1.0), features.timestamp),
-        ],
-        spec.training.batch_size,
-        clock=lambda: now[0],
-    )
-    result = RunResult(config, seed, probs={"served": [], "memory": []}, steps={"batch": 0, "stream": 0})
-    two = config.mode == "mtrm"
-    uses_batch = config.mode in ("mtrm", "single_tower", "offline", "offline_then_online")
-    uses_stream = config.mode in ("mtrm", "single_tower", "online", "offline_then_online")
-    lag, switch = timeline.lag_hours, timeline.switch
-    for t, hour in enumerate(timeline.hours):
-        now[0] = (hour + timedelta(hours=1)).timestamp()
-        rows = timeline.stream[t]
-        if t >= timeline.eval_from and rows.num_rows:
-            batch = to_batch(rows, features)
-            served = stepper.predict(batch)
-            labels = rows.column(COMPLETE).to_numpy().astype(np.float64)
-            entry = {
-                "window": window_id(hour),
-                "samples": rows.num_rows,
-                "auc": auc(labels, served),
-                "logloss": logloss(labels, served),
+    global _STORE
+    if store is None:
+        store = _STORE = _STORE or WindowStore()
+    windows = store.directories(job, timeline)
+    with tempfile.TemporaryDirectory(prefix="primus-eval-run-") as tmp:
+        queue = TrainingQueue(Path(tmp) / "ledger.sqlite")
+        world = HourlyWorld(job, timeline, stepper, queue, windows)
+        options = TrainerOptions(
+            mode=config.mode,
+            poll_interval=0.0,
+            # as a service-mode trainer whose next window comes an hour later: flush at once
+            flush_grace=0.0 if config.flush else float("inf"),
+            prefetch=False,  # inline reads: the world scores between steps, never during one
+            metrics=False,
+            switch_at=timeline.hours[timeline.switch],
+        )
+        readers = {job.stream_streams[0].name: [world.replay]}
+        trainer = Trainer(job, options, readers, CollectorRegistry(), world.clock, stepper=stepper,
+                          coordinator=world, queue=queue)  # fmt: skip
+        trainer.run()
+    scores = world.scores
+    return RunResult(config, seed, scores.windows, scores.labels, scores.probs, scores.steps,
+                     time.perf_counter() - began)  # fmt: skip
+
+
+def _configured(job: PrimusJob, config: RunConfig) -> PrimusJob:
+    """The job with the run's tower sizes and priority weights."""
+    spec = job.spec
+    update: dict = {}
+    if config.adapt or config.memory:
+        update["model"] = spec.model.model_copy(
+            update={
+                "adapt_tower": config.adapt or spec.model.adapt_tower,
+                "memory_tower": config.memory or spec.model.memory_tower,
             }
-            result.labels.append(labels)
-            result.probs["served"].append(served)
-            if two:
-                memory = stepper.predict(batch, output="adapt" if stepper.serve == "memory" else "memory")
-                result.probs["memory"].append(memory)
-                entry["other_output_auc"] = auc(labels, memory)
-            result.windows.append(entry)
-        if config.mode == "offline_then_online":
-            if t < switch and t - lag >= 0:
-                reader.buffers[batch_name].push(timeline.batch[t - lag])
-            if t == switch:
-                for back in range(max(0, switch - lag), switch + 1):
-                    reader.buffers[stream_name].push(timeline.stream[back].drop([COMPLETE]))
-            elif t > switch:
-                reader.buffers[stream_name].push(rows.drop([COMPLETE]))
-        else:
-            if uses_stream:
-                reader.buffers[stream_name].push(rows.drop([COMPLETE]))
-            if uses_batch and t - lag >= 0:
-                reader.buffers[batch_name].push(timeline.batch[t - lag])
-        while (chosen := reader.next_minibatch()) is not None:
-            buffer, table = chosen
-            stepper.step(buffer.kind, to_batch(table, features))
-            result.steps[buffer.kind] += 1
-    result.seconds = time.perf_counter() - began
-    return result
+        )
+    if config.prio is not None:
+        weights = {job.batch_streams[0].name: 1.0, job.stream_streams[0].name: config.prio}
+        update["training"] = spec.training.model_copy(update={"priority": weights})
+    return job.model_copy(update={"spec": spec.model_copy(update=update)}) if update else job
 
 
 def run_backtest(job: PrimusJob, options: BacktestOptions) -> Report:

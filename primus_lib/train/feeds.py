@@ -6,6 +6,7 @@ with the buffers' pending rows (saved in the checkpoint) that is the exact data 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from primus_lib.data.shards import read_manifest
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
+from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.ranks import owns_shard
 
@@ -146,3 +148,40 @@ class StreamFeed:
 
     def ended(self) -> bool:
         return self.reader.end_of_data()
+
+
+STREAM_SOURCE_ENV = "PRIMUS_STREAM_SOURCE"  # "executors" | "kafka": overrides the spec
+
+
+def executors_serve_streams(job: PrimusJob) -> bool:
+    """Whether the trainer pulls its streams from stream executors over Flight (the spec has a
+    ``stream_executor`` role with replicas and its streams are Kafka topics, or
+    ``$PRIMUS_STREAM_SOURCE=executors``) rather than reading the sources itself. File replays are
+    read by the trainer: executors serve Kafka only."""
+    from primus_lib.data.executor.discovery import executor_replicas
+
+    chosen = os.environ.get(STREAM_SOURCE_ENV, "").strip().lower()
+    if chosen:
+        if chosen not in ("executors", "kafka"):
+            raise ValueError(f"${STREAM_SOURCE_ENV}: expected 'executors' or 'kafka', found {chosen!r}")
+        return chosen == "executors"
+    kafka_only = all(source.kafka is not None for stream in job.stream_streams for source in stream.sources)
+    return bool(job.stream_streams) and kafka_only and executor_replicas(job) > 0
+
+
+def stream_readers(
+    job: PrimusJob, direct: Callable[[PrimusJob], dict[str, list[StreamReader]]], rank: int = 0, size: int = 1
+) -> dict[str, list[StreamReader]]:
+    """The readers ``StreamFeed``s wrap: one Flight reader per stream pulling from its executors
+    (this rank's share of them) when executors serve the streams, else ``direct(job)``."""
+    if not executors_serve_streams(job):
+        return direct(job)
+    from primus_lib.data.executor.discovery import discovery_for
+    from primus_lib.data.flight_client import ExecutorStreamReader
+
+    for stream in job.stream_streams:
+        if any(source.kafka is None for source in stream.sources):
+            raise ValueError(f"stream {stream.name!r}: stream executors serve Kafka sources only")
+    return {
+        s.name: [ExecutorStreamReader(discovery_for(job, s.name), rank=rank, size=size)] for s in job.stream_streams
+    }

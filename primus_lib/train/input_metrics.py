@@ -9,41 +9,39 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import TrainerMetrics
 from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
-
-if TYPE_CHECKING:
-    from primus_lib.train.trainer import Trainer
 
 
 class InputMetrics:
     """One trainer rank's starved / back-pressure ratios over each reporting interval."""
 
-    def __init__(self, trainer: Trainer, every: float | None = None) -> None:
-        self.trainer = trainer
-        rank = trainer.group.rank
-        self.metrics = TrainerMetrics(trainer.job.name, str(rank), registry=trainer.registry)
+    def __init__(
+        self,
+        job_name: str,
+        rank: int,
+        registry: CollectorRegistry,
+        metrics_dir: Path,
+        queues_full: Callable[[], bool],
+        every: float | None = None,
+    ) -> None:
+        self.metrics = TrainerMetrics(job_name, str(rank), registry=registry)
         kwargs = {"every": every} if every is not None else {}
-        self.writer = SnapshotWriter(trainer.paths.metrics_dir, snapshot_name("trainer", rank), trainer.registry,
-                                     **kwargs)  # fmt: skip
-        self.high = trainer.options.high_water * trainer.batch_size
+        self.writer = SnapshotWriter(metrics_dir, snapshot_name("trainer", rank), registry, **kwargs)
+        self.queues_full = queues_full  # every live buffer holds its read-ahead (Inputs.queues_full)
         self.wait = self.total = self.full = 0.0
         self.started = time.perf_counter()
-        serve_from_env(trainer.registry, offset=_local_rank())
+        serve_from_env(registry, offset=_local_rank())
 
     def begin(self) -> float:
         """Start of a loop iteration; returns its start time."""
         self.started = time.perf_counter()
         return self.started
-
-    def queues_full(self) -> bool:
-        """Every buffer that can still receive rows holds its read-ahead (high water): the feeds
-        may read no more, so whoever produces the data waits on the trainer."""
-        t = self.trainer
-        live = [name for name, buffer in t.reader.buffers.items() if not buffer.exhausted]
-        return bool(live) and all(t.staging[n].rows + t.reader.buffers[n].rows >= self.high for n in live)
 
     def end(self, began: float, fed: float, trained: bool, full: bool) -> None:
         """End of a loop iteration that began at ``began`` and finished bringing data in at ``fed``.

@@ -5,18 +5,17 @@ release the GIL)."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from primus_lib.train.trainer import Trainer
+from collections.abc import Callable
 
 
 class Prefetcher:
-    """Calls ``trainer.read_inputs()`` under ``trainer.lock`` until stopped; a failure is kept
-    and raised in the training thread by ``check()`` (and by ``stop()``)."""
+    """Calls ``read()`` under ``lock`` until stopped; a failure is kept and raised in the
+    training thread by ``check()`` (and by ``stop()``)."""
 
-    def __init__(self, trainer: Trainer):
-        self.trainer = trainer
+    def __init__(self, read: Callable[[], bool], lock: threading.Lock, poll_interval: float):
+        self.read = read
+        self.lock = lock
+        self.backoff = max(0.002, min(poll_interval, 0.02))
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="primus-prefetch", daemon=True)
@@ -25,13 +24,12 @@ class Prefetcher:
         self.thread.start()
 
     def _run(self) -> None:
-        trainer = self.trainer
         try:
             while not self.stopping.is_set():
-                with trainer.lock:
-                    arrived = trainer.read_inputs()
+                with self.lock:
+                    arrived = self.read()
                 if not arrived:  # nothing new (or buffers full): back off, never spin
-                    self.stopping.wait(max(0.002, min(trainer.options.poll_interval, 0.02)))
+                    self.stopping.wait(self.backoff)
         except BaseException as exc:  # surfaced in the training thread by check()
             self.error = exc
 

@@ -3,7 +3,7 @@
 One buffer per data stream. A buffer is *ready* when it holds a full minibatch, or, once
 its source is exhausted or *drained*, whatever is left (a smaller final minibatch, like
 ``drop_last=False``). A batch buffer is drained when every row it holds belongs to a window
-read completely and the next window is not available yet (see ``Trainer.read_inputs``): its
+read completely and the next window is not available yet (see ``inputs.Inputs.read``): its
 window then completes instead of waiting for the next window's rows. Among ready buffers the next minibatch comes
 from the one with the highest ``p_i = w_i * sigmoid(q_i)``, where ``w_i`` is the stream's
 weight (``spec.training.priority``, default 1) and ``q_i`` its queued rows measured in

@@ -3,7 +3,8 @@
 Decoding goes through the data plane's ``primus_lib.data.sources.decode.decode`` (the same
 code the executors run); a batch window is the left join of its sources on the join keys
 with the spec's fill values. ``TableStreamReader`` replays a sample table as a bounded
-stream with a single partition, implementing the StreamReader contract.
+stream with a single partition, ``GrowingReplay`` a stream the backtest releases hour by
+hour; both implement the StreamReader contract.
 """
 
 from __future__ import annotations
@@ -97,3 +98,50 @@ class TableStreamReader(StreamReader):
 
     def end_of_data(self) -> bool:
         return self.offset >= self.table.num_rows
+
+
+class GrowingReplay(StreamReader):
+    """A stream the backtest releases hour by hour: ``extend`` appends rows, ``finish`` ends it.
+
+    Until finished it is a live stream at its edge (an empty poll = caught up), as a Kafka topic
+    whose producer has not written the next hour yet.
+    """
+
+    def __init__(self, name: str = "replay"):
+        self.name = name
+        self.chunks: list[pa.Table] = []
+        self.chunk = 0  # chunk being read
+        self.within = 0  # rows of it already read
+        self.offset = 0  # rows read in total (the position)
+        self.finished = False
+
+    def extend(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.chunks.append(table)
+
+    def finish(self) -> None:
+        self.finished = True
+
+    def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
+        while self.chunk < len(self.chunks) and self.within >= self.chunks[self.chunk].num_rows:
+            self.chunk, self.within = self.chunk + 1, 0
+        if self.chunk >= len(self.chunks):
+            return None
+        part = self.chunks[self.chunk].slice(self.within, max_rows).combine_chunks()
+        self.within += part.num_rows
+        self.offset += part.num_rows
+        return part.to_batches()[0]
+
+    def position(self) -> dict[str, int]:
+        return {self.name: self.offset}
+
+    def seek(self, position: Position) -> None:
+        """Only the start or the current position (the backtest never resumes)."""
+        if int(position.get(self.name, 0)) != self.offset:
+            raise ValueError("GrowingReplay seeks only to its current position")
+
+    def end_of_data(self) -> bool:
+        return self.finished and self.poll_left() == 0
+
+    def poll_left(self) -> int:
+        return sum(c.num_rows for c in self.chunks[self.chunk :]) - self.within

@@ -39,10 +39,8 @@ module is the path for tables that outgrow a host. ``ShardedStepper`` has the da
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -51,12 +49,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from primus_lib.durable import fsync_path
 from primus_lib.spec.job import PrimusJob
+from primus_lib.train import modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
 from primus_lib.train.model import ModelOptions, TwoTowerModel
-from primus_lib.train.steps import KINDS, StepResult
+from primus_lib.train.sharded_checkpoint import MODELS, prune_models
+from primus_lib.train.steps import StepResult
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -65,8 +64,6 @@ CPU_SHARDING_TYPES = ("table_wise",)
 CUDA_SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise")
 CPU_CAPABLE = ("table_wise", "column_wise", "table_column_wise")  # the CPU kernels (row_wise & co: CUDA only)
 KNOWN_TYPES = (*CUDA_SHARDING_TYPES, "table_column_wise")
-DENSE_OPTIMIZERS = "dense_optimizers.pt"
-MODELS = "sharded"  # under the trainer's checkpoints directory: one DCP directory per checkpoint
 SHARDING_ENV = "PRIMUS_SHARDING"  # replicate (default) | dmp
 TYPES_ENV = "PRIMUS_SHARDING_TYPES"  # comma list overriding sharding_types()
 
@@ -205,7 +202,12 @@ class ShardedStepper:
         self.device = device
         torch.manual_seed(spec.training.seed if seed is None else seed)
         self.dmp = build_sharded_model(
-            job, two_towers=self.mode == "mtrm", sparse_lr=sparse_lr, device=self.device, options=options, types=types
+            job,
+            two_towers=modes.two_towers(self.mode),
+            sparse_lr=sparse_lr,
+            device=self.device,
+            options=options,
+            types=types,
         )
         self.model: TwoTowerModel = self.dmp.module
         for tower in (
@@ -221,7 +223,7 @@ class ShardedStepper:
         self.optimizers: dict[str, torch.optim.Optimizer] = {
             "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
         }
-        if self.mode == "mtrm":
+        if modes.two_towers(self.mode):
             self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
         self.loss_fn = nn.BCEWithLogitsLoss()
         self.sparse = None  # the tables' optimizer is fused into backward (dmp.fused_optimizer)
@@ -229,12 +231,10 @@ class ShardedStepper:
 
     # -- routing (same as Stepper) -------------------------------------------------------
     def graph_for(self, kind: str) -> str:
-        if kind not in KINDS:
-            raise ValueError(f"minibatch kind: expected one of {KINDS}, got {kind!r}")
-        return "adapt" if self.mode == "mtrm" and kind == "stream" else "memory"
+        return modes.graph_for(self.mode, kind)
 
     def updates_embeddings(self, kind: str) -> bool:
-        return self.mode != "mtrm" or self.embedding_updates in ("both", kind)
+        return modes.updates_embeddings(self.mode, self.embedding_updates, kind)
 
     def dense_parameters(self) -> list[nn.Parameter]:
         return [*self.model.memory_parameters(), *self.model.adapt_parameters()]
@@ -282,7 +282,7 @@ class ShardedStepper:
         self.model.eval()
         use = batch if batch is not None and batch.size else self._pad
         x = self.model.inputs(self.model.embed(use.sparse.to(self.device)), use.dense.to(self.device))
-        output = output or (self.serve if self.mode == "mtrm" else "memory")
+        output = output or modes.served_output(self.mode, self.serve)
         logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
         probs = torch.sigmoid(logit).cpu().numpy()
         return probs if batch is not None and batch.size else probs[:0]
@@ -348,91 +348,15 @@ class ShardedStepper:
             )
         return self.checkpoint_root
 
-    def _dcp_state(self) -> dict:
-        return {"model": self.dmp.state_dict(), "sparse_optimizer": self.dmp.fused_optimizer.state_dict()}
-
     def save_sharded(self, directory: Path, extra: dict | None = None) -> Path:
-        """Write a DCP checkpoint to ``directory`` atomically (collective).
+        """Write a DCP checkpoint to ``directory`` atomically (collective; ``sharded_checkpoint.py``)."""
+        from primus_lib.train.sharded_checkpoint import save_dcp
 
-        Every rank writes its shards into ``.<name>.tmp-<nonce>``; after a barrier rank 0
-        adds the towers' Adam states (identical on every rank) and ``meta.json``, fsyncs and
-        renames the directory; a second barrier lets no rank go on before it is visible.
-        """
-        import torch.distributed.checkpoint as dcp
-
-        directory = Path(directory)
-        nonce = self.group.broadcast(uuid.uuid4().hex[:8])
-        tmp = directory.parent / f".{directory.name}.tmp-{nonce}"
-        if self.group.rank == 0:
-            tmp.mkdir(parents=True, exist_ok=False)
-        dist.barrier()
-        dcp.save(self._dcp_state(), checkpoint_id=str(tmp))
-        dist.barrier()
-        error = None
-        if self.group.rank == 0:
-            try:
-                dense = {name: opt.state_dict() for name, opt in self.optimizers.items()}
-                torch.save(dense, tmp / DENSE_OPTIMIZERS)
-                meta = {"world_size": self.group.size, "mode": self.mode, "plan": _plan_json(self.dmp), **(extra or {})}
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-                _fsync_tree(tmp)
-                if directory.exists():
-                    raise FileExistsError(f"checkpoint directory {directory} already exists")
-                os.rename(tmp, directory)
-                fsync_path(directory.parent)
-            except Exception as exc:  # every rank must learn it
-                error = f"{type(exc).__name__}: {exc}"
-                shutil.rmtree(tmp, ignore_errors=True)
-        error = self.group.broadcast(error)
-        if error:
-            raise RuntimeError(f"sharded checkpoint {directory} failed on rank 0: {error}")
-        return directory
+        plan = {t: [[s, r] for s, r in v] for t, v in table_placement(self.dmp).items()}
+        return save_dcp(self, directory, extra, plan)
 
     def load_sharded(self, directory: Path) -> dict:
         """Load a ``save_sharded`` directory into this (freshly built) sharded model (collective)."""
-        import torch.distributed.checkpoint as dcp
+        from primus_lib.train.sharded_checkpoint import load_dcp
 
-        directory = Path(directory)
-        meta_path = directory / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{directory}: not a sharded checkpoint (no meta.json)")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("mode") != self.mode:
-            raise ValueError(f"{meta_path}: checkpoint of mode {meta.get('mode')!r}, this trainer runs {self.mode!r}")
-        state = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(directory))
-        self.dmp.load_state_dict(state["model"])
-        self.dmp.fused_optimizer.load_state_dict(state["sparse_optimizer"])
-        dense = torch.load(directory / DENSE_OPTIMIZERS, weights_only=False)
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(dense[name])
-        return meta
-
-
-def prune_models(root: Path) -> None:
-    """Delete model directories under ``root/sharded`` that no committed checkpoint names, and staging leftovers."""
-    models = Path(root) / MODELS
-    if not models.is_dir():
-        return
-    named = set()
-    for ckpt in Path(root).glob("ckpt-*"):
-        try:
-            state = torch.load(ckpt / "state.pt", weights_only=False)
-        except (OSError, RuntimeError):
-            return  # cannot tell what it names: delete nothing
-        if isinstance(state, dict) and "sharded_model" in state:
-            named.add(Path(state["sharded_model"]).name)
-    for path in models.iterdir():
-        if path.is_dir() and path.name not in named:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _plan_json(dmp) -> dict:
-    return {t: [[s, r] for s, r in v] for t, v in table_placement(dmp).items()}
-
-
-def _fsync_tree(root: Path) -> None:
-    """fsync every file and directory under ``root``, then ``root`` itself."""
-    for path in root.rglob("*"):
-        fsync_path(path)
-    fsync_path(root)
+        return load_dcp(self, directory)

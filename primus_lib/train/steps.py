@@ -1,16 +1,8 @@
 """Algorithm 1 and the training modes on one code path.
 
-Every mode consumes minibatches tagged with their kind (``batch`` or ``stream``):
-
-=====================  ======================  ======================  =============
-mode                   batch minibatch         stream minibatch        served output
-=====================  ======================  ======================  =============
-mtrm                   memory tower            adapt tower (h_aux)     spec.model.serve
-single_tower           the tower               the tower               the tower
-offline                the tower               (not read)              the tower
-online                 (not read)              the tower               the tower
-offline_then_online    the tower until switch  the tower after switch  the tower
-=====================  ======================  ======================  =============
+Every mode consumes minibatches tagged with their kind (``batch`` or ``stream``); which tower
+a kind trains in which mode is the table in ``modes.py`` (MTRM: batch -> memory tower,
+stream -> adapt tower with ``h_aux``; every other mode: the one tower).
 
 Dense parameters of each tower have their own Adam optimizer, so a batch step cannot move
 the adapt tower and a stream step cannot move the memory tower. Embeddings follow
@@ -26,10 +18,12 @@ import torch
 from torch import nn
 
 from primus_lib.spec.job import PrimusJob
+from primus_lib.train import modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.model import ModelOptions, TwoTowerModel
+from primus_lib.train.modes import KINDS
 
-KINDS = ("batch", "stream")
+__all__ = ["KINDS", "StepResult", "Stepper"]
 
 
 @dataclass
@@ -62,12 +56,12 @@ class Stepper:
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
         torch.manual_seed(spec.training.seed if seed is None else seed)
         self.model = TwoTowerModel(
-            spec.features, spec.model, two_towers=self.mode == "mtrm", sparse_lr=sparse_lr, options=options
+            spec.features, spec.model, two_towers=modes.two_towers(self.mode), sparse_lr=sparse_lr, options=options
         )
         self.optimizers: dict[str, torch.optim.Optimizer] = {
             "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
         }
-        if self.mode == "mtrm":
+        if modes.two_towers(self.mode):
             self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
         self.loss_fn = nn.BCEWithLogitsLoss()
         self.sparse: torch.optim.Optimizer | None = None  # replicated embeddings: stepped after the all-reduce
@@ -78,12 +72,10 @@ class Stepper:
 
     def graph_for(self, kind: str) -> str:
         """Which computation graph a minibatch of ``kind`` runs (mode routing)."""
-        if kind not in KINDS:
-            raise ValueError(f"minibatch kind: expected one of {KINDS}, got {kind!r}")
-        return "adapt" if self.mode == "mtrm" and kind == "stream" else "memory"
+        return modes.graph_for(self.mode, kind)
 
     def updates_embeddings(self, kind: str) -> bool:
-        return self.mode != "mtrm" or self.embedding_updates in ("both", kind)
+        return modes.updates_embeddings(self.mode, self.embedding_updates, kind)
 
     def step(self, kind: str, batch: Batch) -> StepResult:
         graph = self.graph_for(kind)
@@ -132,7 +124,7 @@ class Stepper:
         """The served probability (``output`` overrides: "memory" | "adapt")."""
         self.model.eval()
         x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
-        output = output or (self.serve if self.mode == "mtrm" else "memory")
+        output = output or modes.served_output(self.mode, self.serve)
         logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
         return torch.sigmoid(logit).numpy()
 

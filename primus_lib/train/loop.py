@@ -1,0 +1,330 @@
+"""The training loop, one for every world size: ``primus train`` alone or under torchrun.
+
+Each iteration: bring read rows into the buffers (``inputs.py``), let the coordinator decide
+what every rank does (``coordinator.py``: which buffer's minibatch, checkpoint, stop), run
+the step (Algorithm 1, ``steps.py``), account it per window (``windows.py``).
+
+Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
+not yet trained; resuming restores all of them. Stream offsets are committed to the source
+only after the checkpoint that covers them is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from primus_lib.data.stream import StreamReader
+from primus_lib.data.training_queue import TrainingQueue
+from primus_lib.paths import JobPaths, parse_window_id
+from primus_lib.progress import progress_key
+from primus_lib.spec.job import PrimusJob
+from primus_lib.timegrid import epoch_ms
+from primus_lib.train.batch import to_batch
+from primus_lib.train.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
+from primus_lib.train.distributed import Group
+from primus_lib.train.feeds import stream_readers as choose_stream_readers
+from primus_lib.train.inputs import Inputs, Limits
+from primus_lib.train.modes import check_mode, default_switch, max_lag, reads, switches
+from primus_lib.train.options import TrainerOptions
+from primus_lib.train.prefetch import Prefetcher
+from primus_lib.train.ranks import open_rank_stream_readers
+from primus_lib.train.sharded import make_stepper
+from primus_lib.train.windows import WindowAccounting, append_sample_log
+
+log = logging.getLogger("primus.trainer")
+
+
+class Trainer:
+    """One trainer process: its inputs, its model, the coordinator of its world, the loop."""
+
+    def __init__(
+        self,
+        job: PrimusJob,
+        options: TrainerOptions,
+        stream_readers: dict[str, list[StreamReader]] | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        stepper=None,
+        coordinator: Coordinator | None = None,
+        queue: TrainingQueue | None = None,
+    ):
+        """``stepper``, ``coordinator`` and ``queue`` replace the job's own (the backtest's world)."""
+        self.job, self.options = job, options
+        self.mode = check_mode(options.mode or job.spec.training.mode)
+        self.paths = JobPaths.for_job(job)
+        self.registry = registry or CollectorRegistry()
+        group = Group()
+        self.rank, self.size = group.rank, group.size
+        # $PRIMUS_SHARDING=dmp under torchrun: tables sharded by TorchRec DMP (sharded.py)
+        self.stepper = stepper or make_stepper(job, mode=self.mode, group=group)
+        if not getattr(self.stepper, "sharded", False):  # the sharded stepper syncs its towers itself
+            group.broadcast_params(self.stepper.model)
+        spec = job.spec
+        window_ms = int(spec.timer.window_size.total_seconds() * 1000)
+        self.coordinator: Coordinator = coordinator or self._coordinator(group, window_ms, clock)
+        self.features = spec.features
+        self.id_column = spec.features.id or _first_key(job)
+        switch = options.switch_at or default_switch(job)
+        limits = Limits(
+            until_ms=epoch_ms(parse_window_id(options.until_window)) if options.until_window else None,
+            switch_ms=epoch_ms(switch) if switches(self.mode) else None,
+            lag_ms=int(max_lag(job).total_seconds() * 1000),
+            end_ms=epoch_ms(spec.timer.end) if spec.timer.end is not None else None,
+            window_ms=window_ms,
+        )
+        readers = stream_readers
+        if readers is None and reads(self.mode, "stream"):
+            direct = (
+                (lambda j: open_rank_stream_readers(j, self.rank, self.size)) if group.active else open_stream_readers
+            )
+            readers = choose_stream_readers(job, direct, self.rank, self.size)
+        grace = options.flush_grace if options.flush_grace is not None else options.poll_interval
+        if queue is None and reads(self.mode, "batch"):
+            queue = TrainingQueue(self.paths.ledger)
+        self.inputs = Inputs(job, self.mode, limits, readers or {}, self.registry, rank=self.rank, size=self.size,
+                             high_water=options.high_water, flush_grace=grace, queue=queue, clock=clock)  # fmt: skip
+        self.coordinator.attach(self.inputs)
+        self.batch_feeds, self.stream_feeds = self.inputs.batch_feeds, self.inputs.stream_feeds
+        self.reader = self.inputs.reader
+        self.windows = WindowAccounting(window_ms, stream_only=not self.batch_feeds, keep_raw=group.active)
+        self.prefetch: Prefetcher | None = None
+        self.decision: Decision | None = None  # what the loop decided, for train_one
+        self.step = 0
+        self.last_checkpoint_step = -1
+        self.last_checkpoint_at = time.monotonic()
+        interval = spec.training.checkpoint_interval
+        self.checkpoint_every_s = interval.total_seconds() if interval else None
+        self.sample_log = options.sample_log or _env_path("PRIMUS_TRAIN_SAMPLE_LOG")
+        if self.sample_log is not None and group.active:
+            self.sample_log = self.sample_log.with_name(f"{self.sample_log.name}.rank{self.rank}")
+        self.input_metrics = self._input_metrics()  # the scaler's trainer signals (input_metrics.py)
+        self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
+
+    def _coordinator(self, group: Group, window_ms: int, clock: Callable[[], float]) -> Coordinator:
+        checkpoints, progress = self.paths.checkpoints, self.paths.progress
+        if not group.active:
+            return SingleProcess(self.mode, checkpoints, progress)
+        from primus_lib.train.data_parallel import DataParallel
+
+        return DataParallel(self.mode, checkpoints, progress, group, window_ms, clock)
+
+    def _input_metrics(self):
+        """The trainer's InputMetrics, or None when they cannot be set up (metrics never stop training)."""
+        if not self.options.metrics:
+            return None
+        try:
+            from primus_lib.train.input_metrics import InputMetrics
+
+            return InputMetrics(
+                self.job.name, self.rank, self.registry, self.paths.metrics_dir, self.inputs.queues_full
+            )
+        except Exception as exc:  # metrics never stop training
+            log.warning("trainer metrics disabled: %s: %s", type(exc).__name__, exc)
+            return None
+
+    # -- input --------------------------------------------------------------------------
+    def fill(self) -> bool:
+        """Bring read rows into the buffers; True when any arrived.
+
+        With the prefetch thread this only waits for the lock when no buffer holds a full
+        minibatch (true starvation; a drained remainder also waits, so that the flag it is
+        flushed on is current); otherwise it reads inline.
+        """
+        lock = self.inputs.lock
+        if self.prefetch is None:
+            with lock:
+                self.inputs.read()
+                return self._transfer()
+        self.prefetch.check()
+        if not lock.acquire(blocking=not self.inputs.any_full()):
+            return False
+        try:
+            return self._transfer()
+        finally:
+            lock.release()
+
+    def _transfer(self) -> bool:
+        """Staged rows into the buffers, new batch windows into the accounting (lock held)."""
+        moved = any(s.rows for s in self.inputs.staging.values())
+        for feed, seq in self.inputs.transfer():
+            self.windows.expect(feed, seq)
+        return moved
+
+    # -- training -----------------------------------------------------------------------
+    def wants(self, idle: bool) -> Wants:
+        due = bool(self.checkpoint_every_s and time.monotonic() - self.last_checkpoint_at >= self.checkpoint_every_s)
+        return Wants(
+            checkpoint=self.windows.done_since_checkpoint or due,
+            done=self.inputs.all_done(),
+            idle=idle and self.options.idle_exit is not None,
+            until=self.until_reached(),
+        )
+
+    def train_one(self) -> bool:
+        """One step of the buffer the loop's decision names (decided now outside the loop)."""
+        decision, self.decision = self.decision, None
+        if decision is None:
+            decision = self.coordinator.decide(self.inputs, self.wants(False))
+        if decision.buffer is None:
+            return False
+        buffer = self.reader.buffers[decision.buffer]
+        rows = self.reader.serve(buffer.name, decision.take) if decision.take else None
+        batch = to_batch(rows, self.features, self.id_column) if rows is not None else None
+        result = self.coordinator.step(self.stepper, buffer.kind, batch, decision.global_rows)
+        self.step += 1
+        if batch is None or result is None:
+            return True
+        labels = batch.labels.numpy()
+        if self.input_metrics is not None:
+            self.input_metrics.add_samples(len(labels))
+        self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs)
+        if batch.ids is not None:
+            append_sample_log(self.sample_log, f"step {self.step} {buffer.name} {','.join(batch.ids)}")
+        return True
+
+    def until_reached(self) -> bool:
+        until = self.options.until_window
+        if until is None:
+            return False
+        if self.batch_feeds:
+            return all(progress_key(name, until) in self.windows.consumed for name in self.batch_feeds)
+        marks = [f.watermark_ms for f in self.inputs.all_stream_feeds()]
+        limits = self.inputs.limits
+        return (
+            bool(marks)
+            and max(marks) >= limits.until_ms + limits.window_ms
+            and not any(b.rows for b in self.reader.buffers.values())
+        )
+
+    # -- checkpoints --------------------------------------------------------------------
+    def restore(self) -> None:
+        resumed = self.coordinator.restore()
+        if resumed is None:
+            append_sample_log(self.sample_log, f"run {os.getpid()} resume 0")
+            return
+        self.stepper.load_state_dict(resumed.state)
+        self.step = resumed.step
+        self.inputs.seek(resumed.position, resumed.pending)
+        self.windows.load(resumed.position, resumed.merged)
+        self.last_checkpoint_step = self.step
+        append_sample_log(self.sample_log, f"run {os.getpid()} resume {self.step}")
+        log.info("rank %d resumed from %s at step %d", self.rank, resumed.path, self.step)
+
+    def checkpoint(self) -> None:
+        if self.step == self.last_checkpoint_step:
+            return
+        with self.inputs.lock:  # the feeds' cursors and every row they produced, together
+            self._transfer()
+            horizons = {name: self.inputs.stream_horizon(name) for name in self.stream_feeds}
+            self.windows.close_stream_windows(horizons)
+            position = {"mode": self.mode, **self.inputs.position(), **self.windows.state()}
+            if self.size > 1:
+                position["unmerged"] = dict(self.windows.unmerged)
+            snapshot = Snapshot(self.step, position, self.inputs.pending(), horizons)
+        self.coordinator.save(snapshot, self.stepper)
+        self.windows.merged(self.coordinator.merged_keys)
+        self.last_checkpoint_step = self.step
+        self.last_checkpoint_at = time.monotonic()
+        self.windows.done_since_checkpoint = False
+        self.inputs.commit(position["stream"])  # only now is the position durable
+        self.coordinator.publish(snapshot, self.windows.consumed)
+        self.publish_metrics()
+
+    def publish_metrics(self) -> None:
+        """Snapshot the input metrics now (checkpoints, the end of a run)."""
+        if self.input_metrics is not None:
+            self.input_metrics.publish()
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self) -> str:
+        self.windows.done_since_checkpoint = False
+        try:
+            self.restore()
+            if self.options.prefetch:
+                self.prefetch = Prefetcher(self.inputs.read, self.inputs.lock, self.options.poll_interval)
+                self.prefetch.start()
+            try:
+                self.loop()
+            finally:
+                if self.prefetch is not None:
+                    self.prefetch.stop()
+            self.checkpoint()
+            self.publish_metrics()
+        finally:  # on failure too (offsets are committed only by checkpoints, never by close)
+            self.inputs.close()
+        done = [k for k in self.coordinator.consumed(self.windows.consumed) if "/" in k]
+        who = f" rank {self.rank}/{self.size}" if self.size > 1 else ""
+        return (
+            f"trainer {self.job.name} ({self.mode}){who}: step {self.step}, {len(done)} windows consumed, "
+            f"served {self.reader.served}"
+        )
+
+    def loop(self) -> None:
+        options = self.options
+        idle_since = time.monotonic()
+        im = self.input_metrics
+        began = fed = time.perf_counter()
+        stepped = full = False
+        while True:
+            if im is not None:  # the previous iteration, then this one's start
+                im.end(began, fed, stepped, full)
+                began, full = im.begin(), im.queues_full()
+            arrived = self.fill()
+            fed = time.perf_counter()
+            stepped = False
+            if arrived:
+                idle_since = time.monotonic()
+            idle = options.idle_exit is not None and time.monotonic() - idle_since > options.idle_exit
+            decision = self.coordinator.decide(self.inputs, self.wants(idle))
+            if decision.checkpoint or (
+                options.checkpoint_steps and self.step - self.last_checkpoint_step >= options.checkpoint_steps
+            ):
+                self.checkpoint()
+            if options.max_steps is not None and self.step >= options.max_steps:
+                break
+            if decision.until:
+                break
+            if decision.buffer is not None:
+                self.decision = decision
+                stepped = self.train_one()
+                idle_since = time.monotonic()
+                if self.step_delay:
+                    time.sleep(self.step_delay)
+                continue
+            if decision.done:
+                break
+            if decision.idle:
+                log.info("no new data%s for %.0fs: exiting", " on any rank" if self.size > 1 else "", options.idle_exit)
+                break
+            if not arrived:
+                time.sleep(
+                    options.poll_interval if self.prefetch is None else max(0.001, min(options.poll_interval, 0.01))
+                )
+
+
+def open_stream_readers(job: PrimusJob) -> dict[str, list[StreamReader]]:
+    """Every stream source of the job through the data plane's ``open_stream``."""
+    try:
+        from primus_lib.data.sources import open_stream
+    except ImportError as exc:
+        raise RuntimeError(f"the data plane's primus_lib.data.sources.open_stream is not available: {exc}") from None
+    return {s.name: [open_stream(job, s, source) for source in s.sources] for s in job.stream_streams}
+
+
+def _first_key(job: PrimusJob) -> str | None:
+    from primus_lib.data.schema import job_keys
+
+    keys = job_keys(job)
+    return keys[0] if keys else None
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None

@@ -1,0 +1,184 @@
+"""The backtest's world: the decoded data of a time range, released to the trainer hour by hour.
+
+``load_timeline`` decodes every hour once (shared by every mode and seed). ``HourlyWorld`` is
+the coordinator ``primus eval`` runs the trainer loop (``loop.py``) with: whenever the trainer
+can do nothing more with the data released so far, the world moves to the next hour ``t``:
+
+1. the stream rows of ``t`` are scored by the current model's served output against the most
+   complete label known (progressive validation): nothing of hour ``t`` has been trained yet;
+2. they are appended to the replayed stream (``GrowingReplay``), with their real-time labels;
+3. batch window ``t - lag`` (complete labels) is committed to the run's training queue, as the
+   data plane's Sink would; the trainer's batch-lag gate sees the stream at hour ``t``.
+
+Everything else (the priority rule, the partial-window flush, the mode switch) is the trainer's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from primus_lib.data.shards import write_window
+from primus_lib.data.training_queue import TrainingQueue
+from primus_lib.paths import window_id
+from primus_lib.spec.job import PrimusJob
+from primus_lib.timegrid import epoch_ms, window_starts
+from primus_lib.train.batch import to_batch
+from primus_lib.train.coordinator import Decision, SingleProcess, Wants
+from primus_lib.train.inputs import Inputs
+from primus_lib.train.metrics import auc, logloss
+from primus_lib.train.modes import two_towers
+from primus_lib.train.replay import GrowingReplay, batch_window, stream_file
+from primus_lib.train.steps import StepResult
+
+COMPLETE = "__label_complete"
+
+
+@dataclass
+class Timeline:
+    """The decoded data of the whole range, one entry per hour."""
+
+    hours: list[datetime]
+    stream: list[pa.Table]  # per hour: stream samples + the complete label
+    batch: list[pa.Table]  # per hour: the joined batch window
+    lag_hours: int
+    eval_from: int  # first scored hour index
+    switch: int  # offline_then_online's switch hour index
+    load_seconds: float = 0.0
+
+
+def load_timeline(job: PrimusJob, data: Path, start: datetime, end: datetime, eval_from: datetime | None) -> Timeline:
+    began = time.perf_counter()
+    batch_spec, stream_spec = job.batch_streams[0], job.stream_streams[0]
+    window = job.spec.timer.window_size
+    hours = list(window_starts(start, end, window, start))
+    batch = [batch_window(job, batch_spec, h) for h in hours]
+    label = job.spec.features.label
+    keys = (batch_spec.join.keys if batch_spec.join else ["request_id"])[0]
+    events = stream_file(job, stream_spec, Path(data) / "stream" / "events.jsonl")
+    ts = events.column(job.spec.features.timestamp)
+    stream = []
+    for h, b in zip(hours, batch, strict=True):
+        lo, hi = epoch_ms(h), epoch_ms(h + window)
+        part = events.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
+        complete = b.select([keys, label]).rename_columns([keys, COMPLETE])
+        part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)
+        part = part.append_column("__fill", pc.fill_null(part.column(COMPLETE), part.column(label))).drop([COMPLETE])
+        part = part.rename_columns([*part.column_names[:-1], COMPLETE]).sort_by(job.spec.features.timestamp)
+        stream.append(part)
+    lag = int(batch_spec.lag / window)
+    first = hours.index(eval_from) if eval_from in hours else min(len(hours) - 1, lag + int(timedelta(days=1) / window))
+    return Timeline(hours, stream, batch, lag, first, first, time.perf_counter() - began)
+
+
+class WindowStore:
+    """Batch windows written once as committed shards (manifest + Arrow files), per set of tables."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="primus-eval-"))
+        if root is None:
+            atexit.register(shutil.rmtree, self.root, True)
+        self.written: dict[tuple[int, ...], tuple[list[pa.Table], Path]] = {}
+
+    def directories(self, job: PrimusJob, timeline: Timeline) -> list[Path]:
+        """One committed window directory per hour (tables held, so their ids stay theirs)."""
+        key = tuple(id(t) for t in timeline.batch)
+        if key not in self.written:
+            base = self.root / f"windows-{len(self.written)}"
+            stream = job.batch_streams[0].name
+            for hour, table in zip(timeline.hours, timeline.batch, strict=True):
+                wid = window_id(hour)
+                write_window(base / wid, table, stream=stream, window=wid, seed=0,
+                             rows_per_shard=max(table.num_rows, 1))  # fmt: skip
+            self.written[key] = (list(timeline.batch), base)
+        base = self.written[key][1]
+        return [base / window_id(h) for h in timeline.hours]
+
+
+@dataclass
+class Scores:
+    """Progressive-validation scores of one run, and its steps per kind."""
+
+    windows: list[dict] = field(default_factory=list)  # per scored hour: auc/logloss/samples (+ other_output_auc)
+    labels: list[np.ndarray] = field(default_factory=list)
+    probs: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"served": [], "memory": []})
+    steps: dict[str, int] = field(default_factory=lambda: {"batch": 0, "stream": 0})
+
+
+class HourlyWorld(SingleProcess):
+    """A world of one trainer whose data appears hour by hour (see the module docstring)."""
+
+    def __init__(self, job: PrimusJob, timeline: Timeline, stepper, queue: TrainingQueue, windows: list[Path]):
+        super().__init__(stepper.mode, Path(tempfile.gettempdir()), Path(tempfile.gettempdir()))
+        self.job, self.timeline, self.stepper, self.queue, self.windows = job, timeline, stepper, queue, windows
+        self.replay = GrowingReplay()
+        self.scores = Scores()
+        self.hour = -1
+        self.now = 0.0  # the world's clock (epoch seconds): the start of the current hour
+
+    def clock(self) -> float:
+        return self.now
+
+    def decide(self, inputs: Inputs, wants: Wants) -> Decision:
+        decision = super().decide(inputs, wants)
+        if decision.buffer is not None:
+            return decision
+        if self.hour + 1 >= len(self.timeline.hours):
+            return Decision(None, 0, 0, wants.checkpoint, True, False, False)
+        self.advance()
+        return Decision(None, 0, 0, wants.checkpoint, False, False, False)
+
+    def advance(self) -> None:
+        """The next hour: score its stream rows, then release them and batch window ``t - lag``."""
+        tl = self.timeline
+        self.hour = t = self.hour + 1
+        self.now = tl.hours[t].timestamp()
+        rows = tl.stream[t]
+        if t >= tl.eval_from and rows.num_rows:
+            self.score(tl.hours[t], rows)
+        self.replay.extend(rows.drop([COMPLETE]))
+        if t - tl.lag_hours >= 0:
+            b = t - tl.lag_hours
+            stream = self.job.batch_streams[0].name
+            self.queue.append(stream, window_id(tl.hours[b]), str(self.windows[b]), tl.batch[b].num_rows)
+        if t + 1 >= len(tl.hours):
+            self.replay.finish()
+
+    def score(self, hour: datetime, rows: pa.Table) -> None:
+        stepper, scores = self.stepper, self.scores
+        batch = to_batch(rows, self.job.spec.features)
+        served = stepper.predict(batch)
+        labels = rows.column(COMPLETE).to_numpy().astype(np.float64)
+        entry = {"window": window_id(hour), "samples": rows.num_rows, "auc": auc(labels, served),
+                 "logloss": logloss(labels, served)}  # fmt: skip
+        scores.labels.append(labels)
+        scores.probs["served"].append(served)
+        if two_towers(stepper.mode):
+            other = stepper.predict(batch, output="adapt" if stepper.serve == "memory" else "memory")
+            scores.probs["memory"].append(other)
+            entry["other_output_auc"] = auc(labels, other)
+        scores.windows.append(entry)
+
+    def step(self, stepper, kind: str, batch, global_rows: int) -> StepResult | None:
+        result = super().step(stepper, kind, batch, global_rows)
+        if result is not None:
+            self.scores.steps[kind] += 1
+        return result
+
+    def save(self, snapshot, stepper) -> None:
+        """A backtest keeps no checkpoints."""
+
+    def publish(self, snapshot, consumed: dict[str, dict]) -> None:
+        """Nor progress.json."""
+
+    def restore(self):
+        return None
