@@ -160,7 +160,9 @@ class KafkaServer:
             self._format()
 
     def _format(self) -> None:
-        fmt = self._command("kafka.tools.StorageTool", "format", "-t", random_cluster_id(), "-c", str(self.config))
+        fmt = self._command(
+            "kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}", "-c", str(self.config)
+        )
         done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"formatting {self.data} failed ({done.returncode}):\n{done.stdout}{done.stderr}")

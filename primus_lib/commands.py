@@ -9,10 +9,13 @@ no runnable default, and no backend starts it (batch data executors are Airflow'
 from __future__ import annotations
 
 # One module under primus_lib.cli per subcommand, in the order ``primus --help`` lists them.
-SUBCOMMANDS: tuple[str, ...] = ("validate", "crd", "datagen", "train", "eval", "backfill", "plan", "resources")
+SUBCOMMANDS: tuple[str, ...] = (
+    "validate", "crd", "datagen", "train", "eval", "backfill", "plan", "resources", "executor",
+)  # fmt: skip
 
 # The subcommand a role runs when its RoleSpec.command is empty.
-ROLE_SUBCOMMANDS: dict[str, str] = {"trainer": "train", "data_executor": "executor", "stream_executor": "executor"}
+# Batch data executors are the DAG's mapped tasks: no process of theirs is started by a backend.
+ROLE_SUBCOMMANDS: dict[str, str] = {"trainer": "train", "stream_executor": "executor"}
 
 
 def role_subcommand(role: str) -> str | None:

@@ -76,6 +76,14 @@ class SampleBuffer:
 
     def pop(self, rows: int, timeout: float | None = None, partial: bool = True) -> pa.RecordBatch | None:
         """Up to ``rows`` rows (exactly ``rows`` unless ``partial`` and the wait timed out); None if none."""
+        popped = self.pop_tagged(rows, timeout, partial)
+        return None if popped is None else popped[0]
+
+    def pop_tagged(
+        self, rows: int, timeout: float | None = None, partial: bool = True
+    ) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
+        """As ``pop``, with the partition and source offset of every row (empty when the batches
+        carried none): what a stream executor hands out over Flight with the rows."""
         if rows <= 0:
             raise ValueError(f"pop: rows must be positive, got {rows}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -88,15 +96,17 @@ class SampleBuffer:
             if self._rows == 0 or (self._rows < rows and not partial):
                 return None
             parts = []
+            keys: list[str] = []
+            offs: list[np.ndarray] = []
             need = rows
             while need > 0 and self._items:
                 item = self._items[0]
                 take = min(need, item.batch.num_rows - item.start)
                 parts.append(item.batch.slice(item.start, take))
                 if item.offsets is not None and item.keys is not None:
-                    self._advance(
-                        item.keys[item.start : item.start + take], item.offsets[item.start : item.start + take]
-                    )
+                    keys += item.keys[item.start : item.start + take]
+                    offs.append(item.offsets[item.start : item.start + take])
+                    self._advance(keys[-take:], offs[-1])
                 item.start += take
                 need -= take
                 if item.start >= item.batch.num_rows:
@@ -105,9 +115,10 @@ class SampleBuffer:
             self._rows -= got
             self.rows_out += got
             self._cond.notify_all()
+        offsets = np.concatenate(offs) if offs else np.empty(0, np.int64)
         if len(parts) == 1:
-            return parts[0]
-        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+            return parts[0], keys, offsets
+        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], keys, offsets
 
     def _advance(self, keys: list[str], offsets: np.ndarray) -> None:
         for key, high in _per_key(keys, offsets, np.max).items():
@@ -128,6 +139,15 @@ class SampleBuffer:
         """Per partition, the offset just past the last popped row (what a checkpoint may commit)."""
         with self._cond:
             return dict(self._consumed)
+
+    def clear(self) -> int:
+        """Drop every waiting row (a stream executor rewinding its reader); returns how many."""
+        with self._cond:
+            dropped = self._rows
+            self._items.clear()
+            self._rows = 0
+            self._cond.notify_all()
+            return dropped
 
     def close(self) -> None:
         with self._cond:

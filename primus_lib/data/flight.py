@@ -1,25 +1,75 @@
 """Arrow Flight in front of a sample buffer, so a trainer on another host pulls rows remotely.
 
 ``DoGet`` with ticket ``rows=N`` pops up to N rows (an empty stream when none arrived within
-the server's wait); ``DoAction('stats')`` returns the buffer's length and utilisation.
+the server's wait); ``DoAction('stats')`` returns the buffer's length and utilisation. A
+*tagged* server (the stream executor, ``executor/service.py``) adds two columns to every batch
+it hands out: ``__partition`` (dictionary-encoded ``topic/partition``) and ``__offset`` (the
+row's source offset), so the puller knows exactly which offsets it holds; further actions
+(``commit``, ``seek``, ...) take and return one JSON object each.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus_lib.data.buffer import SampleBuffer
 
+PARTITION_COLUMN = "__partition"
+OFFSET_COLUMN = "__offset"
+Action = Callable[[dict], dict]
+
+
+def tag(batch: pa.RecordBatch, keys: list[str], offsets: np.ndarray) -> pa.RecordBatch:
+    """``batch`` with the partition and offset of each row as two trailing columns."""
+    if keys and keys[0] == keys[-1] and len(set(keys)) == 1:
+        names, indices = [keys[0]], np.zeros(len(keys), np.int32)
+    else:
+        names, inverse = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
+        indices = inverse.astype(np.int32)
+    partition = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(names), pa.string()))
+    columns = [*batch.columns, partition, pa.array(offsets, pa.int64())]
+    return pa.RecordBatch.from_arrays(columns, schema=tagged_schema(batch.schema))
+
+
+def tagged_schema(schema: pa.Schema) -> pa.Schema:
+    return schema.append(pa.field(PARTITION_COLUMN, pa.dictionary(pa.int32(), pa.string()))).append(
+        pa.field(OFFSET_COLUMN, pa.int64())
+    )
+
+
+def untag(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[str], np.ndarray]:
+    """Split a tagged batch into the samples, the partition of each row and its offset."""
+    partition = batch.column(batch.num_columns - 2)
+    offsets = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)
+    if isinstance(partition, pa.DictionaryArray):
+        names = partition.dictionary.to_pylist()
+        indices = partition.indices.to_numpy(zero_copy_only=False)
+        keys = [names[0]] * len(indices) if len(names) == 1 else [names[i] for i in indices]
+    else:
+        keys = partition.to_pylist()
+    samples = pa.RecordBatch.from_arrays(batch.columns[:-2], schema=pa.schema(list(batch.schema)[:-2]))
+    return samples, keys, offsets
+
 
 class BufferFlightServer(flight.FlightServerBase):
     def __init__(
-        self, buffer: SampleBuffer, schema: pa.Schema, location: str = "grpc://127.0.0.1:0", wait: float = 1.0
+        self,
+        buffer: SampleBuffer,
+        schema: pa.Schema,
+        location: str = "grpc://127.0.0.1:0",
+        wait: float = 1.0,
+        *,
+        tagged: bool = False,
+        actions: dict[str, Action] | None = None,
     ):
         super().__init__(location)
         self.buffer, self.schema, self.wait = buffer, schema, wait
+        self.tagged, self.actions = tagged, dict(actions or {})
 
     def do_get(self, context, ticket: flight.Ticket):
         text = ticket.ticket.decode()
@@ -29,34 +79,61 @@ class BufferFlightServer(flight.FlightServerBase):
             rows = int(text[5:])
         except ValueError:
             raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>' with an integer n") from None
-        batch = self.buffer.pop(rows, timeout=self.wait)
+        if self.tagged:
+            popped = self.buffer.pop_tagged(rows, timeout=self.wait)
+            batch = None if popped is None else tag(*popped)
+            schema = tagged_schema(self.schema)
+        else:
+            batch = self.buffer.pop(rows, timeout=self.wait)
+            schema = self.schema
         batches = [] if batch is None else [batch]
-        return flight.RecordBatchStream(
-            pa.Table.from_batches(batches, schema=batch.schema if batch is not None else self.schema)
-        )
+        return flight.RecordBatchStream(pa.Table.from_batches(batches, schema=batch.schema if batches else schema))
 
     def do_action(self, context, action: flight.Action):
-        if action.type != "stats":
+        body = json.loads(action.body.to_pybytes() or b"{}") if action.body is not None else {}
+        if action.type == "stats":
+            out = {"rows": len(self.buffer), "utilisation": self.buffer.utilisation, "rows_out": self.buffer.rows_out}
+            if "stats" in self.actions:
+                out.update(self.actions["stats"](body))
+        elif action.type in self.actions:
+            try:
+                out = self.actions[action.type](body)
+            except Exception as exc:
+                raise flight.FlightServerError(f"action {action.type!r}: {type(exc).__name__}: {exc}") from exc
+        else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
-        body = {"rows": len(self.buffer), "utilisation": self.buffer.utilisation, "rows_out": self.buffer.rows_out}
-        yield flight.Result(json.dumps(body).encode())
+        yield flight.Result(json.dumps(out).encode())
 
 
 class FlightBufferClient:
     """The trainer side: pops rows from a remote sample buffer."""
 
-    def __init__(self, location: str):
+    def __init__(self, location: str, timeout: float | None = None):
+        self.location = location
         self.client = flight.connect(location)
+        self.options = flight.FlightCallOptions(timeout=timeout) if timeout else None
+
+    def _call(self):
+        return {} if self.options is None else {"options": self.options}
 
     def pop(self, rows: int) -> pa.RecordBatch | None:
-        table = self.client.do_get(flight.Ticket(f"rows={rows}".encode())).read_all()
+        table = self.client.do_get(flight.Ticket(f"rows={rows}".encode()), **self._call()).read_all()
         if table.num_rows == 0:
             return None
         return table.combine_chunks().to_batches()[0]
 
-    def stats(self) -> dict:
-        result = next(iter(self.client.do_action(flight.Action("stats", b""))))
+    def pop_tagged(self, rows: int) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
+        """Rows of a tagged server with the partition and offset of each."""
+        batch = self.pop(rows)
+        return None if batch is None else untag(batch)
+
+    def action(self, name: str, body: dict | None = None) -> dict:
+        payload = json.dumps(body or {}).encode()
+        result = next(iter(self.client.do_action(flight.Action(name, payload), **self._call())))
         return json.loads(result.body.to_pybytes())
+
+    def stats(self) -> dict:
+        return self.action("stats")
 
     def close(self) -> None:
         self.client.close()

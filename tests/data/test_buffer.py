@@ -150,3 +150,37 @@ def test_rebalance_safe_position_never_skips_a_row_waiting_elsewhere():
     finally:
         group.stop()
     assert committed > 0
+
+
+def test_pop_tagged_returns_the_partition_and_offset_of_every_row_and_clear_drops_the_rest():
+    buf = SampleBuffer(1000)
+    buf.put(_batch(0, 5), (["a"] * 5, np.arange(100, 105)))
+    buf.put(_batch(5, 4), (["b", "b", "a", "a"], np.array([7, 8, 105, 106])))
+    batch, keys, offsets = buf.pop_tagged(7)
+    assert batch.column("x").to_pylist() == list(range(7))
+    assert keys == ["a"] * 5 + ["b", "b"] and offsets.tolist() == [100, 101, 102, 103, 104, 7, 8]
+    assert buf.consumed_position() == {"a": 105, "b": 9}
+    assert buf.clear() == 2 and len(buf) == 0 and buf.pop(1, timeout=0.01) is None
+
+
+def test_a_tagged_flight_server_hands_out_offsets_and_runs_actions():
+    from primus_lib.data.flight import BufferFlightServer, FlightBufferClient
+
+    buf = SampleBuffer(1000)
+    buf.put(_batch(0, 6), (["t/0"] * 3 + ["t/1"] * 3, np.array([10, 11, 12, 0, 1, 2])))
+    calls = []
+    actions = {"commit": lambda body: calls.append(body) or {"committed": body["position"]}}
+    server = BufferFlightServer(buf, pa.schema([("x", pa.int64())]), wait=0.05, tagged=True, actions=actions)
+    client = FlightBufferClient(f"grpc://127.0.0.1:{server.port}")
+    try:
+        batch, keys, offsets = client.pop_tagged(4)
+        assert batch.schema.names == ["x"] and batch.column("x").to_pylist() == [0, 1, 2, 3]
+        assert keys == ["t/0", "t/0", "t/0", "t/1"] and offsets.tolist() == [10, 11, 12, 0]
+        assert client.action("commit", {"position": {"t/0": 13}}) == {"committed": {"t/0": 13}}
+        assert calls == [{"position": {"t/0": 13}}]
+        with pytest.raises(pa.ArrowException, match="unknown action"):
+            client.action("nope")
+        assert client.pop_tagged(10)[2].tolist() == [1, 2] and client.pop_tagged(10) is None
+    finally:
+        client.close()
+        server.shutdown()

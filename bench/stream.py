@@ -1,0 +1,164 @@
+"""Stream data-plane throughput: Kafka -> `primus executor` processes -> Arrow Flight -> the
+trainer side's buffer, against a bare confluent-kafka consumer reading the same topic (the floor).
+
+Starts its own Apache Kafka (devstack/kafka.py, KRaft, one node; jars from `make infra`),
+produces ROWS JSON events (the demo's stream schema) into a topic of PARTITIONS partitions,
+then, in the same run:
+- floor: one Consumer assigned every partition from the beginning, ``consume`` in blocks until
+  every message arrived (no decoding: the floor of moving the bytes);
+- ours, with 1, 2 and 4 executors (real subprocesses, each its share of the partitions): the
+  clock starts when the trainer-side ``ExecutorStreamReader`` attaches (executors read nothing
+  before) and stops when it has popped every row: decoded to the sample schema (sparse ids
+  hashed, casts), served over Flight with each row's partition and offset, filtered for
+  exactly-once and stitched in its buffer.
+Best of RUNS per configuration. The machine is shared (2 cores): executors, the broker and the
+client compete for them. Prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from devstack.kafka import KafkaServer, kafka_classpath  # noqa: E402
+from primus_lib.data.executor.discovery import LocalDiscovery  # noqa: E402
+from primus_lib.data.flight_client import ExecutorStreamReader  # noqa: E402
+from primus_lib.spec import load_job  # noqa: E402
+from tests.data.helpers import job_doc  # noqa: E402
+
+ROWS = int(os.environ.get("BENCH_STREAM_ROWS", "200000"))
+PARTITIONS = 4
+RUNS = int(os.environ.get("BENCH_STREAM_RUNS", "2"))
+COUNTS = (1, 2, 4)
+
+
+def produce(bootstrap: str, topic: str) -> None:
+    rng = np.random.default_rng(0)
+    users, items, cats = rng.integers(0, 10**6, ROWS), rng.integers(0, 10**5, ROWS), rng.integers(0, 500, ROWS)
+    prices, ages = rng.random(ROWS) * 100, rng.integers(18, 70, ROWS)
+    base = 1_793_491_200_000
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 1_000_000, "compression.type": "lz4"})  # fmt: skip
+    for i in range(ROWS):
+        event = {"request_id": f"r{i}", "user_id": int(users[i]), "item_id": int(items[i]), "category": int(cats[i]),
+                 "price": float(prices[i]), "age": float(ages[i]), "ts": base + i, "clicked": i % 5 == 0}  # fmt: skip
+        producer.produce(topic, json.dumps(event).encode(), partition=i % PARTITIONS)
+        if i % 50_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def floor(bootstrap: str, topic: str) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"floor-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got, start = 0, time.perf_counter()
+    while got < ROWS:
+        got += sum(1 for m in consumer.consume(10000, 1.0) if m.error() is None)
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return ROWS / seconds
+
+
+def wait_serving(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(0.2):
+            line = proc.stdout.readline().decode()
+            if "serving" in line:
+                return
+            if not line and proc.poll() is not None:
+                break
+    raise RuntimeError(f"executor did not start (exit {proc.poll()})")
+
+
+def ours(work: Path, bootstrap: str, topic: str, count: int, run: int) -> float:
+    doc = job_doc(f"file://{work}/data", bootstrap=bootstrap, topic=topic)
+    doc["metadata"]["name"] = f"bench-{count}-{run}"
+    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id=f"g{count}-{run}")
+    doc["spec"]["storage"] = {"root": str(work / "jobs")}
+    doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": count}
+    spec = work / f"job-{count}-{run}.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    job = load_job(spec, env={})
+    cmd = [sys.executable, "-m", "primus_lib.cli.main", "executor", str(spec), "--replicas", str(count)]
+    procs = [
+        subprocess.Popen([*cmd, "--index", str(i)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        for i in range(count)
+    ]
+    try:
+        for proc in procs:
+            wait_serving(proc)
+        reader = ExecutorStreamReader(LocalDiscovery.for_stream(job, "realtime"))
+        got, start = 0, time.perf_counter()
+        try:
+            while got < ROWS:
+                batch = reader.poll(8192, 1.0)
+                got += 0 if batch is None else batch.num_rows
+            seconds = time.perf_counter() - start
+            assert got == ROWS and reader.duplicates == 0, (got, reader.duplicates)
+        finally:
+            reader.close()
+        return ROWS / seconds
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    server = KafkaServer(work / "kafka", kafka_classpath())
+    server.start()
+    try:
+        topic = "bench-events"
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
+        produce(server.bootstrap, topic)
+        floors, rates = [], {n: [] for n in COUNTS}
+        for run in range(RUNS):  # interleaved, so machine load hits every configuration alike
+            floors.append(floor(server.bootstrap, topic))
+            for n in COUNTS:
+                rates[n].append(ours(work, server.bootstrap, topic, n, run))
+                print(f"run {run}: {n} executor(s) {rates[n][-1]:,.0f} rows/s, floor {floors[-1]:,.0f}", flush=True)
+        best = {n: max(v) for n, v in rates.items()}
+        floor_rate = max(floors)
+        top = max(best, key=best.get)
+        result = {
+            "bench": "stream", "ratio": round(best[top] / floor_rate, 3), "best_executors": top,
+            "ratio_1": round(best[1] / floor_rate, 3),
+            **{f"rows_per_s_{n}": round(best[n]) for n in COUNTS},
+            "floor_rows_per_s": round(floor_rate), "rows": ROWS, "partitions": PARTITIONS, "runs": RUNS,
+            "cores": os.cpu_count(),
+        }  # fmt: skip
+        print(json.dumps(result))
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

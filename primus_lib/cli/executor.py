@@ -1,0 +1,77 @@
+"""``primus executor SPEC --role stream_executor --index I``: a stream data executor service.
+
+Reads its share of each stream's Kafka partitions, decodes and serves the samples over Arrow
+Flight until SIGTERM (``primus_lib.data.executor.service``). Index and replica count default to
+what the resource backends set (``$PRIMUS_REPLICA_INDEX``, ``$PRIMUS_REPLICAS``), then to the
+role's ``replicas`` in the spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("executor", help="serve a stream's samples to the trainer (Kafka -> Arrow Flight)")
+    parser.add_argument("spec", metavar="SPEC")
+    parser.add_argument("--role", default=os.environ.get("PRIMUS_ROLE", "stream_executor"))
+    parser.add_argument("--index", type=int, help="this executor's index (default $PRIMUS_REPLICA_INDEX or 0)")
+    parser.add_argument("--replicas", type=int, help="executors of the stream (default $PRIMUS_REPLICAS, the spec)")
+    parser.add_argument("--stream", help="the stream to serve (default: every stream of kind stream)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 on a cluster)")
+    parser.add_argument("--port", type=int, default=0, help="Flight port (default: any free one)")
+    parser.add_argument("--advertise", help="host name the trainer connects to (default: --host)")
+    parser.add_argument("--buffer-rows", type=int, default=65536, help="bounded buffer; Kafka is not polled while full")
+    parser.add_argument("--poll-rows", type=int, default=4096, help="messages per Kafka poll")
+    parser.set_defaults(handler=run)
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_lib.data.executor.discovery import discovery_for
+    from primus_lib.data.executor.service import ExecutorService
+    from primus_lib.spec import load_job
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.role != "stream_executor":
+        print(f"primus executor: role {args.role!r}: only stream_executor runs as a service", file=sys.stderr)
+        return 2
+    job = load_job(args.spec)
+    index = args.index if args.index is not None else (_int_env("PRIMUS_REPLICA_INDEX") or 0)
+    role = job.spec.resources.roles.get(args.role)
+    replicas = args.replicas or _int_env("PRIMUS_REPLICAS") or (role.replicas if role else 1) or 1
+    streams = [args.stream] if args.stream else [s.name for s in job.stream_streams]
+    if not streams:
+        print(f"primus executor: job {job.name!r} has no stream of kind stream", file=sys.stderr)
+        return 2
+    if args.port and len(streams) > 1:
+        print("primus executor: --port with several streams: give --stream", file=sys.stderr)
+        return 2
+    services = []
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        for name in streams:
+            service = ExecutorService(
+                job, name, index, replicas, host=args.host, port=args.port, advertise=args.advertise,
+                capacity_rows=args.buffer_rows, poll_rows=args.poll_rows, discovery=discovery_for(job, name),
+            )  # fmt: skip
+            services.append(service.start())
+            service.report()
+            print(f"executor {name}/{index} of {replicas} serving {service.location} partitions {service.keys}",
+                  flush=True)  # fmt: skip
+        stop.wait()
+    finally:
+        for service in services:
+            service.stop()
+    return 0

@@ -1,0 +1,336 @@
+"""A stream data executor as a service: its share of a stream's Kafka partitions, served over Flight.
+
+Executor ``index`` of ``replicas`` owns every ``replicas``-th partition of the stream's Kafka
+sources (``topic/partition`` keys in sorted order). One runner thread per source polls and
+decodes into a bounded ``SampleBuffer``; while the buffer is full the runner stops polling, so
+the consumer lag grows instead of memory (back-pressure). The Flight server (``flight.py``,
+tagged) hands out rows with their partition and offset, and answers actions:
+
+- ``commit {"position": {key: offset}}``: commit those offsets of this executor's partitions to
+  the consumer group. Called by the trainer once its checkpoint covers the rows; the executor
+  never commits on its own.
+- ``seek {"position": {...}}``: drop the buffer and read again from ``position``; partitions it
+  does not name restart from the group's committed offsets (else the startup offsets). A trainer
+  calls it when it attaches, so rows handed to a trainer that died before its checkpoint are
+  served again. Kafka is not read before the first seek: whatever was read earlier would be
+  dropped by it.
+- ``adopt {"partitions": [...], "position": {...}}`` / ``release {"partitions": [...]}``: read a
+  dead peer's partitions too (from the trainer's marks), until the peer is back. The trainer's
+  reader decides (``flight_client.py``).
+- ``stats`` (buffer fill, partitions, adopted, fetched position, committed), ``lag`` (consumer lag).
+
+On start the executor resumes from the group's committed offsets where there are some (the
+spec's startup mode elsewhere). ``shuffle: rebalance`` is served as forward for now: one
+process cannot yet hand batches to another executor's buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+
+from primus_lib.data.buffer import BufferClosed, SampleBuffer
+from primus_lib.data.executor.discovery import ExecutorDiscovery
+from primus_lib.data.flight import BufferFlightServer
+from primus_lib.data.schema import job_keys, sample_schema
+from primus_lib.data.sources.kafka import KafkaStreamReader, client_config, partition_key, retrying
+from primus_lib.spec.job import PrimusJob
+
+log = logging.getLogger(__name__)
+
+
+def stream_partitions(job: PrimusJob, stream_name: str) -> list[tuple[int, int]]:
+    """(source index, partition) of every Kafka partition of the stream, in key order."""
+    stream = job.stream(stream_name)
+    found = []
+    for i, source in enumerate(stream.sources):
+        if source.kafka is None:
+            raise ValueError(
+                f"stream {stream_name!r} source {source.name!r}: stream executors serve Kafka sources only"
+            )
+        consumer = Consumer({**client_config(stream, source), "group.id": "primus-metadata"})
+        try:
+            topic = source.kafka.topic
+            meta = retrying(lambda c=consumer, t=topic: c.list_topics(t, timeout=10)).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise RuntimeError(f"topic {topic!r} not found ({getattr(meta, 'error', None)})")
+            found += [(i, p) for p in sorted(meta.partitions)]
+        finally:
+            consumer.close()
+    return sorted(found, key=lambda sp: (partition_key(stream.sources[sp[0]].kafka.topic, sp[1]), sp))
+
+
+def owned(partitions: list[tuple[int, int]], index: int, replicas: int) -> list[tuple[int, int]]:
+    if not 0 <= index < replicas:
+        raise ValueError(f"executor index {index} out of range for {replicas} replicas")
+    return partitions[index::replicas]
+
+
+@dataclass
+class _Runner:
+    reader: KafkaStreamReader
+    start: dict[str, int]  # the startup offsets (spec's mode), where the group has committed none
+    adopted: bool = False  # a dead peer's partitions, read until it is back
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    rows: int = 0
+    errors: int = 0
+
+
+class ExecutorService:
+    def __init__(
+        self,
+        job: PrimusJob,
+        stream: str,
+        index: int,
+        replicas: int,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: str | None = None,
+        capacity_rows: int = 65536,
+        poll_rows: int = 4096,
+        wait: float = 0.2,
+        discovery: ExecutorDiscovery | None = None,
+    ):
+        self.job, self.stream_name, self.index, self.replicas = job, stream, index, replicas
+        spec = job.stream(stream)
+        if spec.kind != "stream":
+            raise ValueError(f"stream {stream!r} is a batch stream: batch data executors are Airflow tasks")
+        self.mode = spec.shuffle
+        self.poll_rows, self.discovery, self.spec = poll_rows, discovery, spec
+        self.all_partitions = stream_partitions(job, stream)
+        self.partitions = owned(self.all_partitions, index, replicas)
+        self.buffer = SampleBuffer(capacity_rows)
+        self.runners: list[_Runner] = []
+        self._admin = threading.RLock()  # actions that change or walk the runners
+        try:
+            self.runners += self._open(self.partitions, {})
+        except BaseException:
+            self.close_readers()
+            raise
+        self.committed: dict[str, int] = {}
+        self.generation = 0
+        self._stop = threading.Event()
+        self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
+        schema = sample_schema(job.spec.features, job_keys(job))
+        actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
+                   "adopt": self._adopt, "release": self._release}  # fmt: skip
+        self.server = BufferFlightServer(
+            self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions
+        )
+        self.location = f"grpc://{advertise or host}:{self.server.port}"
+
+    @property
+    def keys(self) -> list[str]:
+        """This executor's own partitions (not the adopted ones)."""
+        return [key for r in self.runners if not r.adopted for key in r.reader.position()]
+
+    def _key(self, pair: tuple[int, int]) -> str:
+        return partition_key(self.spec.sources[pair[0]].kafka.topic, pair[1])  # type: ignore[union-attr]
+
+    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], adopted: bool = False) -> list[_Runner]:
+        """One reader per source over ``pairs``, at ``position`` / the committed offsets / startup."""
+        runners = []
+        for i, source in enumerate(self.spec.sources):
+            mine = [p for s, p in pairs if s == i]
+            if mine:
+                reader = KafkaStreamReader(self.job, self.spec, source, partitions=mine)
+                runners.append(_Runner(reader, reader.position(), adopted))
+                reader.seek(
+                    {**self._committed(reader), **{k: v for k, v in position.items() if k in runners[-1].start}}
+                )
+        return runners
+
+    def _spawn(self, runner: _Runner) -> None:
+        runner.thread = threading.Thread(target=self._run, args=(runner,), name="executor-runner", daemon=True)
+        runner.thread.start()
+
+    @staticmethod
+    def _committed(reader: KafkaStreamReader) -> dict[str, int]:
+        """The group's committed offsets of the reader's partitions (those it has)."""
+        asked = [TopicPartition(reader.topic, p) for p in reader.partitions]
+        answer = retrying(lambda: reader.consumer.committed(asked, timeout=10))
+        return {partition_key(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
+
+    def start(self) -> ExecutorService:
+        for runner in self.runners:
+            self._spawn(runner)
+        if self.discovery is not None:
+            info = {"stream": self.stream_name, "replicas": self.replicas, "partitions": self.keys}
+            self.discovery.register(self.index, self.location, info)
+        return self
+
+    def _run(self, runner: _Runner) -> None:
+        while not self._attached.wait(0.2):
+            if self._stop.is_set():
+                return
+        while not self._stop.is_set() and not runner.stopped.is_set():
+            try:
+                with runner.lock:
+                    generation = self.generation
+                    batch = runner.reader.poll(self.poll_rows, 0.2)
+                    offsets = runner.reader.last_offsets
+                if batch is None:
+                    continue
+                while not self._stop.is_set() and not runner.stopped.is_set():  # full buffer: no polling
+                    with runner.lock:
+                        if generation != self.generation:
+                            break  # a seek rewound the reader: this batch is stale
+                        if self.buffer.put(batch, offsets, timeout=0.05):
+                            runner.rows += batch.num_rows
+                            break
+            except BufferClosed:
+                return
+            except Exception:
+                runner.errors += 1
+                log.exception("stream executor %s/%d: runner failed; retrying", self.stream_name, self.index)
+                time.sleep(1.0)
+
+    def _seek(self, body: dict) -> dict:
+        position = _position_of(body)
+        with self._admin:
+            for runner in self.runners:
+                runner.lock.acquire()
+            try:
+                self.generation += 1
+                dropped = self.buffer.clear()
+                for runner in self.runners:
+                    base = self._committed(runner.reader)
+                    target = {k: position.get(k, base.get(k, off)) for k, off in runner.start.items()}
+                    runner.reader.seek(target)
+            finally:
+                for runner in self.runners:
+                    runner.lock.release()
+            self._attached.set()
+            return {"position": self._position(), "dropped": dropped, "partitions": self.keys}
+
+    def _adopt(self, body: dict) -> dict:
+        """Read a dead peer's partitions too, from ``position`` (the trainer's marks) or the
+        committed offsets. Serving a partition twice for a while is harmless: the trainer side
+        accepts each offset once, and every executor's rows of a partition are contiguous from
+        a start at or below its mark."""
+        wanted = {str(k) for k in body.get("partitions") or []}
+        with self._admin:
+            self._release({"partitions": sorted(wanted)})
+            pairs = [
+                pair for pair in self.all_partitions if self._key(pair) in wanted and self._key(pair) not in self.keys
+            ]
+            runners = self._open(pairs, _position_of(body), adopted=True)
+            self.runners += runners
+            for runner in runners:
+                self._spawn(runner)
+            return {"adopted": sorted(k for r in runners for k in r.start)}
+
+    def _release(self, body: dict) -> dict:
+        """Stop reading adopted partitions (their owner is back); their rows already buffered stay."""
+        wanted = {str(k) for k in body.get("partitions") or []}
+        with self._admin:
+            going = [r for r in self.runners if r.adopted and wanted & set(r.start)]
+            for runner in going:
+                runner.stopped.set()
+                if runner.thread is not None:
+                    runner.thread.join(5)
+                runner.reader.close()
+                self.runners.remove(runner)
+            return {"released": sorted(k for r in going for k in r.start)}
+
+    def _commit(self, body: dict) -> dict:
+        position = _position_of(body)
+        done: dict[str, int] = {}
+        with self._admin:
+            for runner in self.runners:
+                theirs = {k: v for k, v in position.items() if k in runner.start}
+                if theirs:
+                    with runner.lock:
+                        runner.reader.commit(theirs)
+                    done.update(theirs)
+        self.committed.update(done)
+        return {"committed": done}
+
+    def _position(self) -> dict[str, int]:
+        return {k: v for r in self.runners for k, v in r.reader.position().items()}
+
+    def _stats(self, body: dict) -> dict:
+        return {
+            "index": self.index,
+            "replicas": self.replicas,
+            "mode": self.mode,
+            "partitions": self.keys,
+            "adopted": [k for r in self.runners if r.adopted for k in r.start],
+            "position": self._position(),
+            "committed": dict(self.committed),
+            "rows_in": self.buffer.rows_in,
+            "capacity": self.buffer.capacity,
+            "errors": sum(r.errors for r in self.runners),
+        }
+
+    def _lag(self, body: dict) -> dict:
+        out: dict[str, int] = {}
+        with self._admin:
+            for runner in self.runners:
+                with runner.lock:
+                    out.update(runner.reader.lag())
+        return {"lag": out}
+
+    def report(self, every: float = 5.0) -> threading.Thread:
+        """Write this executor's metrics (buffer fill, CPU, memory, samples) for the scaler:
+        ``<job>/metrics/stream_executor-<stream>-<index>.prom`` every ``every`` seconds, and
+        /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set."""
+        import os
+
+        from prometheus_client import CollectorRegistry
+
+        from primus_lib.metrics.instruments import ExecutorMetrics
+        from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
+        from primus_lib.paths import JobPaths
+
+        role = self.job.spec.resources.roles.get("stream_executor")
+        cpu = float(os.environ.get("PRIMUS_CPU") or (role.cpu if role else 1.0))
+        memory = float(os.environ.get("PRIMUS_MEMORY") or (role.memory if role else 2**31))
+        registry = CollectorRegistry()
+        worker = f"{self.stream_name}-{self.index}"
+        metrics = ExecutorMetrics(self.job.name, worker, cpu, memory, role="stream_executor", registry=registry)
+        writer = SnapshotWriter(JobPaths.for_job(self.job).metrics_dir, snapshot_name("stream_executor", worker),
+                                registry, every=every)  # fmt: skip
+        serve_from_env(registry, offset=self.index)
+
+        def loop() -> None:
+            counted = 0
+            while not self._stop.wait(every):
+                metrics.observe_buffer(len(self.buffer), self.buffer.capacity)
+                guarded("executor process metrics", metrics.observe_process)
+                metrics.add_samples(self.buffer.rows_in - counted)
+                counted = self.buffer.rows_in
+                writer.write()
+
+        thread = threading.Thread(target=loop, name="executor-metrics", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.buffer.close()
+        if self.discovery is not None:
+            self.discovery.unregister(self.index)
+        self.server.shutdown()
+        for runner in self.runners:
+            if runner.thread is not None:
+                runner.thread.join(5)
+        self.close_readers()
+
+    def close_readers(self) -> None:
+        for runner in self.runners:
+            try:
+                runner.reader.close()
+            except Exception:
+                log.exception("closing a Kafka reader")
+
+
+def _position_of(body: dict) -> dict[str, int]:
+    return {str(k): int(v) for k, v in (body.get("position") or {}).items()}

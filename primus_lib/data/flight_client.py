@@ -1,0 +1,286 @@
+"""The trainer's side of the stream executors: one ``StreamReader`` pulling from all of them.
+
+One puller thread per executor (found through an ``ExecutorDiscovery``) pops tagged batches over
+Flight into a local bounded ``SampleBuffer``; while it is full the pullers stop asking, the
+executors' buffers fill and they stop polling Kafka (back-pressure end to end).
+
+Exactly once: every row arrives with its partition and offset. The reader keeps, per
+partition, the offset just past the last row it accepted and drops anything below it (a
+restarted executor resumes from the committed offsets, which may lie behind). ``position()`` is
+what the trainer has taken (the popped rows, exactly like a Kafka reader's), so the trainer's
+checkpoint records each partition's handed-out position. On (re)connecting to an executor the
+puller sends ``seek`` with what it has accepted, so the executor serves from there, and rows a
+dead trainer took but never checkpointed are served again to its successor (which seeks to
+its checkpoint). ``commit(position)`` asks every executor to commit its partitions' offsets:
+called by the trainer after its checkpoint, never before.
+
+An executor gone for ``takeover_after`` seconds has its partitions adopted by a live one,
+starting at this reader's marks; when it is back the adopter releases them first. Serving a
+partition from two executors for a moment is harmless: each serves it contiguously from a start
+at or below the mark, and each offset is accepted once.
+
+One trainer process pulls from each executor (a second one would rewind it with its seeks);
+under data parallelism rank r of n pulls the executors whose index is r modulo n.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from primus_lib.data.buffer import BufferClosed, SampleBuffer
+from primus_lib.data.executor.discovery import ExecutorDiscovery
+from primus_lib.data.flight import FlightBufferClient
+from primus_lib.data.stream import Position, StreamReader
+
+log = logging.getLogger(__name__)
+ERRORS = (flight.FlightError, OSError, pa.ArrowException)
+
+
+class ExecutorStreamReader(StreamReader):
+    def __init__(
+        self,
+        discovery: ExecutorDiscovery,
+        *,
+        buffer_rows: int = 65536,
+        pull_rows: int = 8192,
+        retry: float = 0.5,
+        call_timeout: float = 30.0,
+        rank: int = 0,
+        size: int = 1,
+        takeover_after: float = 3.0,
+    ):
+        self.takeover_after = takeover_after  # seconds an executor may be gone before a peer adopts its partitions
+        self.rank, self.size = rank, size  # under data parallelism rank r pulls executors i with i % size == r
+        self.discovery, self.pull_rows, self.retry, self.call_timeout = discovery, pull_rows, retry, call_timeout
+        self.buffer_rows = buffer_rows
+        self.buffer = SampleBuffer(buffer_rows)
+        self._start: dict[str, int] = {}
+        self._fetched: dict[str, int] = {}  # per partition: just past the last row accepted from executors
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pullers: dict[int, threading.Thread] = {}
+        self._empty: dict[int, bool] = {}
+        self._owned: dict[int, list[str]] = {}  # executor -> its partitions (told on attach)
+        self._adopted: dict[int, int] = {}  # gone executor -> the one reading its partitions meanwhile
+        self._seen: dict[int, float] = {}
+        self._watcher: threading.Thread | None = None
+        self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
+        self.duplicates = 0  # rows dropped: at or below what was already accepted
+        self.reconnects = 0
+        self.commit_failures = 0
+        self.takeovers = 0
+
+    def locations(self) -> dict[int, str]:
+        """This reader's executors (all of them in a world of one)."""
+        return {i: loc for i, loc in self.discovery.locations().items() if i % self.size == self.rank}
+
+    # -- pulling ---------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch, name="executor-watch", daemon=True)
+            self._watcher.start()
+            deadline = time.monotonic() + 1.0  # let the first pullers attach before the first poll
+            while not self._pullers and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def _watch(self) -> None:
+        stop = self._stop
+        while not stop.is_set():
+            try:
+                locations = self.locations()
+            except Exception:
+                log.exception("executor discovery failed")
+                locations = {}
+            self._rebalance(locations)
+            for index, location in locations.items():
+                thread = self._pullers.get(index)
+                if thread is None or not thread.is_alive():
+                    thread = threading.Thread(
+                        target=self._pull, args=(index, location, stop), name=f"executor-pull-{index}", daemon=True
+                    )
+                    self._pullers[index] = thread
+                    thread.start()
+            stop.wait(self.retry)
+
+    def _pull(self, index: int, location: str, stop: threading.Event) -> None:
+        buffer = self.buffer
+        client = None
+        try:
+            client = FlightBufferClient(location, timeout=self.call_timeout)
+            with self._lock:
+                position = dict(self._fetched)
+            told = client.action("seek", {"position": position})
+            with self._lock:  # it may have restarted: whatever it had adopted is gone
+                self._owned[index] = list(told.get("partitions", []))
+                self._adopted = {gone: peer for gone, peer in self._adopted.items() if peer != index}
+            while not stop.is_set():
+                got = client.pop_tagged(self.pull_rows)
+                self._empty[index] = got is None
+                if got is None:
+                    continue
+                fresh = self._accept(*got)
+                if fresh is None:
+                    continue
+                batch, keys, offsets = fresh
+                while not buffer.put(batch, (keys, offsets), timeout=0.2):
+                    if stop.is_set():
+                        return
+        except BufferClosed:
+            return
+        except ERRORS as exc:
+            self.reconnects += 1
+            log.warning("executor %d at %s: %s; reconnecting", index, location, exc)
+            stop.wait(self.retry)
+        finally:
+            self._empty[index] = False
+            if client is not None:
+                client.close()
+
+    def _accept(
+        self, batch: pa.RecordBatch, keys: list[str], offsets: np.ndarray
+    ) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
+        """The rows past what was accepted already (per partition), and move the marks."""
+        with self._lock:
+            unique = set(keys)
+            if len(unique) == 1:
+                keep = self._fresh(keys[0], offsets)
+            else:
+                names = np.asarray(keys, dtype=object)
+                keep = np.zeros(len(keys), bool)
+                for key in unique:
+                    rows = np.flatnonzero(names == key)
+                    keep[rows] = self._fresh(key, offsets[rows])
+        dropped = len(keep) - int(keep.sum())
+        if dropped == 0:
+            return batch, keys, offsets
+        self.duplicates += dropped
+        if dropped == len(keep):
+            return None
+        index = np.flatnonzero(keep)
+        return batch.take(pa.array(index)), [keys[i] for i in index], offsets[index]
+
+    def _fresh(self, key: str, offsets: np.ndarray) -> np.ndarray:
+        """Which rows (in order) lie past the accepted mark and every earlier row; moves the mark."""
+        mark = self._fetched.get(key, -1)
+        before = np.maximum.accumulate(np.concatenate([[mark - 1], offsets[:-1]]))
+        self._fetched[key] = max(mark, int(offsets.max()) + 1)
+        return offsets > np.maximum(before, mark - 1)
+
+    def _rebalance(self, locations: dict[int, str]) -> None:
+        """A gone executor's partitions move to a live one after ``takeover_after`` seconds (from
+        this reader's marks, so nothing is skipped); when it is back, the adopter lets go first."""
+        now = time.monotonic()
+        for index in locations:
+            self._seen[index] = now
+        with self._lock:
+            owned, adopted = dict(self._owned), dict(self._adopted)
+        for index, keys in sorted(owned.items()):
+            peer = adopted.get(index)
+            if index in locations:
+                if peer is not None:
+                    if peer in locations:
+                        self._call(locations[peer], "release", {"partitions": keys})
+                    with self._lock:
+                        self._adopted.pop(index, None)
+                continue
+            if (peer is not None and peer in locations) or now - self._seen.get(index, now) < self.takeover_after:
+                continue
+            live = sorted(locations)
+            if not live or not keys:
+                continue
+            chosen = live[index % len(live)]
+            with self._lock:
+                position = {k: self._fetched[k] for k in keys if k in self._fetched}
+            if self._call(locations[chosen], "adopt", {"partitions": keys, "position": position}) is not None:
+                log.warning("executor %d gone: executor %d reads its partitions %s meanwhile", index, chosen, keys)
+                with self._lock:
+                    self._adopted[index] = chosen
+                    self.takeovers += 1
+
+    def _call(self, location: str, action: str, body: dict) -> dict | None:
+        try:
+            client = FlightBufferClient(location, timeout=self.call_timeout)
+            try:
+                return client.action(action, body)
+            finally:
+                client.close()
+        except ERRORS as exc:
+            log.warning("%s at %s failed: %s", action, location, exc)
+            return None
+
+    def _stop_pullers(self) -> None:
+        self._stop.set()
+        self.buffer.close()
+        for thread in [self._watcher, *self._pullers.values()]:
+            if thread is not None:
+                thread.join(self.call_timeout)
+        self._pullers, self._watcher = {}, None
+        self._stop = threading.Event()
+
+    # -- StreamReader ----------------------------------------------------------------------
+    def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
+        self._ensure_started()
+        got = self.buffer.pop_tagged(max_rows, timeout=timeout)
+        if got is None:
+            self.last_offsets = ([], np.empty(0, np.int64))
+            return None
+        batch, keys, offsets = got
+        self.last_offsets = (keys, offsets)
+        return batch
+
+    def at_live_edge(self) -> bool:
+        """Nothing waits here and every executor's last answer was empty."""
+        return len(self.buffer) == 0 and bool(self._empty) and all(self._empty.values())
+
+    def position(self) -> dict[str, int]:
+        return {**self._start, **self.buffer.consumed_position()}
+
+    def seek(self, position: Position) -> None:
+        """Resume at ``position`` (a checkpoint's): the executors are rewound to it on attach."""
+        self._stop_pullers()
+        self._start = {str(k): int(v) for k, v in position.items()}
+        with self._lock:
+            self._fetched = dict(self._start)
+        self.buffer = SampleBuffer(self.buffer_rows)
+
+    def commit(self, position: Position) -> None:
+        """Commit ``position`` through every executor (each commits its own partitions)."""
+        body = {"position": {str(k): int(v) for k, v in position.items()}}
+        done: set[str] = set()
+        for index, location in sorted(self.locations().items()):
+            try:
+                client = FlightBufferClient(location, timeout=self.call_timeout)
+                try:
+                    done |= set(client.action("commit", body)["committed"])
+                finally:
+                    client.close()
+            except ERRORS as exc:
+                self.commit_failures += 1
+                log.warning("commit through executor %d at %s failed (the next checkpoint commits): %s",
+                            index, location, exc)  # fmt: skip
+        missing = sorted(set(body["position"]) - done)
+        if missing:
+            log.warning("offsets of %s not committed this time (executor down)", missing)
+
+    def executor_stats(self, action: str = "stats") -> dict[int, dict]:
+        out = {}
+        for index, location in sorted(self.locations().items()):
+            client = FlightBufferClient(location, timeout=self.call_timeout)
+            try:
+                out[index] = client.action(action)
+            finally:
+                client.close()
+        return out
+
+    def lag(self) -> dict[str, int]:
+        """Kafka consumer lag of every executor's partitions."""
+        return {k: v for stats in self.executor_stats("lag").values() for k, v in stats["lag"].items()}
+
+    def close(self) -> None:
+        self._stop_pullers()
