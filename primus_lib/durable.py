@@ -3,7 +3,7 @@ files with checksums.
 
 A commit point (a rename) is only durable once what it names and the directory holding it
 have reached the disk; these helpers are shared by shards, staged task outputs, checkpoints
-and progress.json. pyarrow is imported only by ``write_ipc``: the light readers of job state
+and progress.json. pyarrow is imported only by ``ipc_bytes``/``write_ipc``: the light readers of job state
 (the Airflow trigger, DAG parsing) import this module too.
 """
 
@@ -46,14 +46,19 @@ def atomic_write(path: Path, text: str) -> None:
     fsync_path(path.parent)
 
 
-def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
-    """Write ``table`` as an Arrow IPC file (fsynced unless told not to); return its sha256."""
+def ipc_bytes(table: pa.Table) -> pa.Buffer:
+    """``table`` as the bytes of an Arrow IPC file (what ``write_ipc`` writes)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    data = sink.getvalue()
+    return sink.getvalue()
+
+
+def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
+    """Write ``table`` as an Arrow IPC file (fsynced unless told not to); return its sha256."""
+    data = ipc_bytes(table)
     with open(path, "wb") as handle:
         handle.write(data)
         if fsync:

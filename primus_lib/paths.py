@@ -8,6 +8,12 @@ Layout under ``JobPaths.root``::
     trainer/progress.json              what the trainer consumed, with per-window metrics
     trainer/checkpoints/               model + optimizer + data position
     metrics/                           metric snapshots of executors and trainers
+
+When ``spec.storage.root`` is remote (``s3://`` or ``webhdfs://``, see ``primus_lib.storage``)
+the committed windows, the checkpoints and the metric snapshots live there
+(``JobPaths.shared``, the root plus the job's name); the rest (the SQLite ledger when no
+database is named, progress.json, staging, resource tables) stays in a private local working
+directory, ``$PRIMUS_HOME/jobs/<job>`` (else ``.primus/jobs/<job>``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation, is_remote, locate
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -35,25 +42,38 @@ def parse_window_id(text: str) -> datetime:
     return datetime.strptime(text, WINDOW_ID_FORMAT).replace(tzinfo=UTC)
 
 
+def _local_jobs_root() -> Path:
+    return Path(os.path.join(os.environ.get("PRIMUS_HOME", ".primus"), "jobs")).absolute()
+
+
 def jobs_root(job: PrimusJob) -> Path:
+    """The local directory of the jobs: spec.storage.root when it is local, else the private
+    working directory next to a remote root."""
     root = job.spec.storage.root
-    if root is None:
-        root = os.path.join(os.environ.get("PRIMUS_HOME", ".primus"), "jobs")
-    if root.startswith("file://"):
-        root = root[len("file://") :]
-    if "://" in root:
-        raise ValueError(f"spec.storage.root: expected a local path or file:// URI, found {root!r}")
-    return Path(root).absolute()
+    if root is None or is_remote(root):
+        return _local_jobs_root()
+    found = locate(root)  # a local Path, or ValueError naming an unsupported scheme
+    if not isinstance(found, Path):
+        raise ValueError(f"spec.storage.root: expected a local path, s3:// or webhdfs:// URI, found {root!r}")
+    return found
 
 
 @dataclass(frozen=True)
 class JobPaths:
-    root: Path
+    root: Path  # local: the job's directory; with a remote storage root, its private working directory
     database: str | None = field(default=None, repr=False)  # spec.storage.database: holds a password
+    shared: StorageLocation | None = None  # the job's directory on remote storage (s3://, webhdfs://)
 
     @classmethod
     def for_job(cls, job: PrimusJob) -> JobPaths:
-        return cls(jobs_root(job) / job.name, job.spec.storage.database)
+        root = job.spec.storage.root
+        shared = locate(root) / job.name if root is not None and is_remote(root) else None
+        return cls(jobs_root(job) / job.name, job.spec.storage.database, shared)
+
+    @property
+    def state(self) -> Path | StorageLocation:
+        """Where windows, checkpoints and metric snapshots live: the remote location or the local root."""
+        return self.shared if self.shared is not None else self.root
 
     @property
     def ledger(self) -> Path | URL:
@@ -65,8 +85,8 @@ class JobPaths:
             return make_url(self.database)
         return self.root / "ledger.sqlite"
 
-    def window_dir(self, stream: str, start: datetime) -> Path:
-        return self.root / "windows" / stream / window_id(start)
+    def window_dir(self, stream: str, start: datetime) -> Path | StorageLocation:
+        return self.state / "windows" / stream / window_id(start)
 
     @property
     def trainer_dir(self) -> Path:
@@ -77,9 +97,9 @@ class JobPaths:
         return self.trainer_dir / "progress.json"
 
     @property
-    def checkpoints(self) -> Path:
-        return self.trainer_dir / "checkpoints"
+    def checkpoints(self) -> Path | StorageLocation:
+        return self.state / "trainer" / "checkpoints"
 
     @property
-    def metrics_dir(self) -> Path:
-        return self.root / "metrics"
+    def metrics_dir(self) -> Path | StorageLocation:
+        return self.state / "metrics"

@@ -1,6 +1,9 @@
 """How executors and trainers report on the embedded default: snapshots written at most every few
 seconds (never per row), old snapshots pruned, an optional /metrics endpoint, and no metrics
-failure ever reaching the training or data task that reports (metrics are advisory)."""
+failure ever reaching the training or data task that reports (metrics are advisory).
+
+With a remote storage root (``JobPaths.metrics_dir`` a ``primus_lib.storage.StorageLocation``)
+each snapshot is one PUT of the Prometheus text (whole or absent, never torn)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import serve, write_snapshot
+from primus_lib.storage import StorageLocation, locate
 
 log = logging.getLogger("primus.metrics")
 
@@ -42,9 +46,16 @@ def guarded(what: str, fn: Callable[[], object]) -> None:
 _warned: set[str] = set()
 
 
-def prune_stale(directory: Path, max_age: float = 2 * STALE_SECONDS) -> int:
+def prune_stale(directory: Path | StorageLocation, max_age: float = 2 * STALE_SECONDS) -> int:
     """Remove snapshots older than ``max_age`` (the readers ignore them anyway); returns how many."""
     removed, now = 0, time.time()
+    directory = locate(directory)
+    if isinstance(directory, StorageLocation):
+        for entry in directory.list():
+            if entry.name.endswith(".prom") and entry.mtime is not None and now - entry.mtime > max_age:
+                (directory / entry.name).delete()
+                removed += 1
+        return removed
     for path in Path(directory).glob("*.prom"):
         try:
             if now - path.stat().st_mtime > max_age:
@@ -55,12 +66,23 @@ def prune_stale(directory: Path, max_age: float = 2 * STALE_SECONDS) -> int:
     return removed
 
 
+def write_snapshot_to(directory: Path | StorageLocation, name: str, registry: CollectorRegistry) -> None:
+    """Write ``registry`` to ``directory/<name>.prom``, local (temp file + rename) or remote (one PUT)."""
+    directory = locate(directory)
+    if isinstance(directory, StorageLocation):
+        from prometheus_client import generate_latest
+
+        (directory / f"{name}.prom").put_atomic(generate_latest(registry))
+    else:
+        write_snapshot(directory, name, registry)
+
+
 class SnapshotWriter:
     """Writes ``registry`` to ``directory/<name>.prom`` at most once per ``every`` seconds."""
 
-    def __init__(self, directory: Path, name: str, registry: CollectorRegistry,
+    def __init__(self, directory: Path | StorageLocation, name: str, registry: CollectorRegistry,
                  every: float = SNAPSHOT_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
-        self.directory, self.name, self.registry = Path(directory), name, registry
+        self.directory, self.name, self.registry = locate(directory), name, registry
         self.every, self.clock = every, clock
         self.last = float("-inf")
 
@@ -68,9 +90,12 @@ class SnapshotWriter:
         return self.clock() - self.last >= self.every
 
     def write(self) -> None:
-        """Write now (atomically: prometheus-client writes a temp file and renames it)."""
+        """Write now (atomically: prometheus-client writes a temp file and renames it; one PUT remotely)."""
         self.last = self.clock()
-        guarded(f"snapshot {self.name}", lambda: write_snapshot(self.directory, self.name, self.registry))
+        guarded(f"snapshot {self.name}", self._write)
+
+    def _write(self) -> None:
+        write_snapshot_to(self.directory, self.name, self.registry)
 
     def maybe_write(self) -> bool:
         if not self.due():

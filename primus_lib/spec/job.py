@@ -67,13 +67,35 @@ def _postgres_only(url: str | None) -> str | None:
 DatabaseUrl = Annotated[str | None, AfterValidator(_postgres_only), BeforeValidator(_database_url)]
 
 
+STORAGE_SCHEMES = ("file", "s3", "webhdfs")
+
+
+def _storage_root(root: str | None) -> str | None:
+    """A local path, ``file://``, ``s3://BUCKET[/PREFIX]`` or ``webhdfs://[HOST:PORT]/PATH``."""
+    if root is None or "://" not in root:
+        return root
+    scheme, _, rest = root.partition("://")
+    if scheme.lower() == "hdfs":
+        raise ValueError(
+            "a local path, s3://BUCKET/PREFIX or webhdfs://NAMENODE:HTTP_PORT/PATH "
+            "(hdfs:// needs a JVM and libhdfs: reach the same cluster over WebHDFS)"
+        )
+    if scheme.lower() not in STORAGE_SCHEMES:
+        raise ValueError("a local path, file://PATH, s3://BUCKET/PREFIX or webhdfs://NAMENODE:HTTP_PORT/PATH")
+    if scheme.lower() == "s3" and not rest.split("/", 1)[0]:
+        raise ValueError("s3://BUCKET/PREFIX with a bucket")
+    return root
+
+
 class StorageSpec(SpecModel):
     """Where the job keeps its ledger, committed shards and checkpoints."""
 
-    root: str | None = Field(
+    root: Annotated[str | None, AfterValidator(_storage_root)] = Field(
         None,
-        description="URI of the jobs' working storage (the job's name is appended); "
-        "default $PRIMUS_HOME/jobs, or .primus/jobs.",
+        description="Where the jobs keep committed windows, checkpoints and metric snapshots (the "
+        "job's name is appended): a local path, s3://BUCKET/PREFIX (endpoint and credentials from "
+        "AWS_* variables) or webhdfs://NAMENODE:HTTP_PORT/PATH; default $PRIMUS_HOME/jobs, or "
+        ".primus/jobs. With a remote root the rest of the job's state stays under $PRIMUS_HOME/jobs.",
     )
     database: DatabaseUrl = Field(
         None,

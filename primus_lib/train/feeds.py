@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from primus_lib.data.shards import read_manifest
+from primus_lib.data.shards import read_manifest, read_shard
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
@@ -75,7 +74,7 @@ class BatchFeed:
         start_ms = epoch_ms(parse_window_id(window.window))
         if not gate(start_ms + self.lag_ms):
             return None
-        manifest = read_manifest(Path(window.path))
+        manifest = read_manifest(window.path)
         if manifest is None:
             raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
         if self.seq != window.seq:
@@ -85,8 +84,7 @@ class BatchFeed:
             self.done_seq = window.seq
             return pa.table({SEQ_COLUMN: pa.array([], pa.int64())})
         info = manifest.shards[self.shard]
-        with pa.memory_map(str(Path(window.path) / info.file)) as source:
-            table = pa.ipc.open_file(source).read_all()
+        table = read_shard(window.path, info)  # a local path or the s3:// / webhdfs:// URI the queue recorded
         self.shard += 1
         self._skip_foreign(len(manifest.shards))
         if self.shard >= len(manifest.shards):
@@ -101,7 +99,7 @@ class BatchFeed:
         """Rows of ``window`` this rank trains (all of them in a world of one)."""
         if self.size == 1:
             return window.rows
-        manifest = read_manifest(Path(window.path))
+        manifest = read_manifest(window.path)
         if manifest is None:
             raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
         return sum(s.rows for i, s in enumerate(manifest.shards) if owns_shard(i, self.rank, self.size))

@@ -75,7 +75,7 @@ def test_the_operators_read_hdfs_through_the_spec_connection(hdfs_cluster, tmp_p
     assert len(outputs) >= 2
     assert "PRIMUS_WEBHDFS_URL" not in os.environ  # the connection was applied only around the calls
 
-    from primus_lib.data.sources.fs import resolve
+    from primus_lib.filesystems import resolve
 
     with connection_env(load_job(spec_path)):  # the NameNode saw the connection's user
         assert resolve(f"webhdfs://{base}").fs.handler.fs.home_directory() == "/user/etl"

@@ -1,5 +1,5 @@
 """Batch sources on a real HDFS (Hadoop's MiniDFSCluster: a NameNode and a DataNode) through the
-project's WebHDFS path (primus_lib.data.sources.fs: fsspec's WebHDFS client behind pyarrow):
+project's WebHDFS path (primus_lib.filesystems: fsspec's WebHDFS client behind pyarrow):
 fused listings, success markers, parquet reads (whole files and byte-range splits, which the
 NameNode redirects to the DataNode), DTGG planning over HDFS partitions, and the NameNode
 named by the environment instead of the URI."""
@@ -16,7 +16,7 @@ import pytest
 from primus_lib.data.dtgg import PartitionNotReady, Planner, source_ready
 from primus_lib.data.executor import run_window
 from primus_lib.data.sources.files import read_raw
-from primus_lib.data.sources.fs import WEBHDFS_URL_ENV, resolve
+from primus_lib.filesystems import WEBHDFS_URL_ENV, resolve
 from tests.data.helpers import T0, clicks, impressions, job_doc, make_job, write_layout
 
 

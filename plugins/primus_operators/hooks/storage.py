@@ -10,7 +10,7 @@ from airflow.sdk import BaseHook
 S3_TYPES = {"aws", "s3", "primus_s3"}
 HDFS_TYPES = {"hdfs", "webhdfs", "primus_hdfs"}
 WEBHDFS_TYPES = {"webhdfs", "primus_hdfs"}  # host/port: the NameNode's HTTP (WebHDFS) address
-WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # read by primus_lib.data.sources.fs for webhdfs:///path
+WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # read by primus_lib.filesystems for webhdfs:///path
 
 
 class PrimusStorageHook(BaseHook):

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 
 from primus_lib.data.dtgg.listing import FileEntry, Listing
 from primus_lib.data.ledger import TaskLedger
-from primus_lib.data.sources.fs import Location, resolve
 from primus_lib.data.sources.templates import Partition, partition
 from primus_lib.data.task import DataTask
+from primus_lib.filesystems import Location, resolve
 from primus_lib.paths import window_id
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob

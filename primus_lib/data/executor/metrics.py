@@ -13,8 +13,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from primus_lib.allocation import role_resources
-from primus_lib.metrics.instruments import ExecutorMetrics, write_snapshot
-from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name
+from primus_lib.metrics.instruments import ExecutorMetrics
+from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name, write_snapshot_to
 from primus_lib.paths import JobPaths
 from primus_lib.progress import progress_key, read_progress
 from primus_lib.spec.job import PrimusJob
@@ -66,5 +66,5 @@ class TaskMetrics:
         self.metrics.add_samples(rows)
         self.metrics.observe_buffer(batch_backlog(self.job), 1.0)
         directory = JobPaths.for_job(self.job).metrics_dir
-        write_snapshot(directory, snapshot_name(ROLE, self.task_id), self.registry)
+        write_snapshot_to(directory, snapshot_name(ROLE, self.task_id), self.registry)
         prune_stale(directory)

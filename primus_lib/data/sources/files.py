@@ -13,8 +13,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from primus_lib.data.sources.decode import DecodeError, column_map, decode
-from primus_lib.data.sources.fs import resolve
 from primus_lib.data.task import DataTask
+from primus_lib.filesystems import resolve
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
 

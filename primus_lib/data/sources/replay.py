@@ -20,11 +20,11 @@ from primus_lib.data.dtgg.listing import FusedLister
 from primus_lib.data.sources.deadletter import DeadLetters, FileDeadLetters
 from primus_lib.data.sources.decode import column_map, conform, decode
 from primus_lib.data.sources.files import read_raw
-from primus_lib.data.sources.fs import resolve
 from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.sources.templates import has_placeholders, partition
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.data.task import DataTask
+from primus_lib.filesystems import resolve
 from primus_lib.paths import JobPaths
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
