@@ -1,4 +1,4 @@
-"""``primus eval SPEC``: backtest the training modes on the same data, as production sees it."""
+"""``primus eval SPEC``: backtest the training modes on the spec's own sources, as production sees them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="backtest training modes with progressive validation")
     parser.add_argument("spec", metavar="SPEC")
     parser.add_argument("--modes", default="mtrm,single_tower,offline,online,offline_then_online")
-    parser.add_argument("--seeds", default="0,1,2", help="model seeds (the data is the one under --data)")
+    parser.add_argument("--seeds", default="0,1,2", help="model seeds (the data is the spec's sources)")
     parser.add_argument("--out", required=True, help="directory for report.json and auc.png")
-    parser.add_argument("--data", help="datagen output root; default $PRIMUS_DATA")
+    parser.add_argument("--data", help="sets PRIMUS_DATA, for specs whose source URIs use ${PRIMUS_DATA}")
     parser.add_argument("--eval-from", help="first scored window (ISO); default timer start + lag + 1 day")
     parser.add_argument(
         "--ablations",
@@ -36,21 +36,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from primus_lib.spec import load_job
     from primus_lib.train.backtest import BacktestOptions, run_backtest
+    from primus_lib.train.eval_sources import EvalInputError
 
-    data = args.data or os.environ.get("PRIMUS_DATA")
-    if args.data_seeds:
-        data = data or os.path.join(args.out, "data")
-    if not data:
-        print("primus eval: give --data, set PRIMUS_DATA, or use --data-seeds", file=sys.stderr)
-        return 2
-    os.environ.setdefault("PRIMUS_DATA", data)
+    if args.data:
+        os.environ["PRIMUS_DATA"] = args.data
+    elif args.data_seeds:
+        os.environ.setdefault("PRIMUS_DATA", os.path.join(args.out, "data"))
     job = load_job(args.spec)
+    data = args.data or (os.path.join(args.out, "data") if args.data_seeds else None)
     try:
         options = BacktestOptions.from_cli(args, data)
-    except ValueError as exc:
-        print(f"primus eval: {exc}", file=sys.stderr)
-        return 2
-    report = run_backtest(job, options)
+    except ValueError as exc:  # a bad argument
+        return _fail(exc)
+    try:
+        report = run_backtest(job, options)
+    except EvalInputError as exc:  # input eval cannot use: one line naming the file or field
+        return _fail(exc)
     print(report.table())
     print(f"wrote {options.out}/report.json and {options.out}/auc.png")
     return 0
+
+
+def _fail(exc: Exception) -> int:
+    print(f"primus eval: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 2

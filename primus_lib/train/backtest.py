@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import parse_utc
+from primus_lib.train.eval_sources import EvalInputError
 from primus_lib.train.loop import Trainer
 from primus_lib.train.model import ModelOptions
 from primus_lib.train.modes import MODES
@@ -88,7 +89,7 @@ class RunConfig:
 @dataclass
 class BacktestOptions:
     out: Path
-    data: Path
+    data: Path | None  # binds ${PRIMUS_DATA} (--data); with --data-seeds the generated data's root
     runs: list[RunConfig]
     seeds: list[int]
     start: datetime | None = None
@@ -101,13 +102,13 @@ class BacktestOptions:
     world: str | None = None  # datagen overrides for --data-seeds
 
     @classmethod
-    def from_cli(cls, args: argparse.Namespace, data: str) -> BacktestOptions:
+    def from_cli(cls, args: argparse.Namespace, data: str | None) -> BacktestOptions:
         names = [m for m in args.modes.split(";" if ";" in args.modes or "[" in args.modes else ",") if m.strip()]
         runs = [RunConfig.parse(m) for m in names]
         runs += [RunConfig.parse(m) for m in args.ablations.split(";") if m.strip()]
         return cls(
             out=Path(args.out),
-            data=Path(data),
+            data=Path(data) if data else None,
             runs=runs,
             seeds=[int(s) for s in args.seeds.split(",") if s.strip()],
             start=parse_utc(args.start, "--start") if args.start else None,
@@ -195,7 +196,7 @@ def run_backtest(job: PrimusJob, options: BacktestOptions) -> Report:
     start = options.start or job.spec.timer.start
     end = options.end or job.spec.timer.end
     if end is None:
-        raise ValueError("the spec's timer is open-ended: give --end")
+        raise EvalInputError("the spec's timer is open-ended: give --end")
     options.out.mkdir(parents=True, exist_ok=True)
     report = Report(options.out, [r.name for r in options.runs])
     timelines: dict[int, Timeline] = {}
@@ -225,12 +226,23 @@ def run_backtest(job: PrimusJob, options: BacktestOptions) -> Report:
     return report
 
 
-def _load(options: BacktestOptions, job: PrimusJob, data: Path) -> PrimusJob:
-    """The spec again with ${PRIMUS_DATA} bound to ``data`` (per-seed data roots)."""
+def _load(options: BacktestOptions, job: PrimusJob, data: Path | None) -> PrimusJob:
+    """The spec again with ${PRIMUS_DATA} bound to ``data`` (per-seed data roots; with --data-seeds
+    the stream is the generated replay file)."""
     import os
 
     from primus_lib.spec import load_job
 
-    if options.spec_path is None:
-        return job
-    return load_job(options.spec_path, env={**os.environ, "PRIMUS_DATA": str(data)})
+    if options.spec_path is not None and data is not None:
+        job = load_job(options.spec_path, env={**os.environ, "PRIMUS_DATA": str(data)})
+    return _generated_stream(job, data) if options.data_seeds and data is not None else job
+
+
+def _generated_stream(job: PrimusJob, data: Path) -> PrimusJob:
+    """--data-seeds: the stream is the replay file datagen wrote (the spec's topic holds other data)."""
+    stream = job.stream_streams[0]
+    update = {"kafka": None, "uri": f"file://{data}/stream/events.jsonl", "format": "jsonl"}
+    sources = [stream.sources[0].model_copy(update=update)]
+    streams = [s.model_copy(update={"sources": sources}) if s is stream else s for s in job.spec.dataset.streams]
+    dataset = job.spec.dataset.model_copy(update={"streams": streams})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"dataset": dataset})})

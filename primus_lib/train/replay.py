@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.decode import decode
-from primus_lib.data.sources.fs import resolve
 from primus_lib.data.sources.templates import render
 from primus_lib.data.stream import Position, StreamReader
+from primus_lib.filesystems import resolve
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
 

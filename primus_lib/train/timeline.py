@@ -1,6 +1,8 @@
 """The backtest's world: the decoded data of a time range, released to the trainer hour by hour.
 
-``load_timeline`` decodes every hour once (shared by every mode and seed). ``HourlyWorld`` is
+``load_timeline`` reads the spec's own sources (``eval_sources``: the batch stream's partitions,
+the stream's Kafka topic or file replay) and decodes every hour once (shared by every mode and
+seed). ``HourlyWorld`` is
 the coordinator ``primus eval`` runs the trainer loop (``loop.py``) with: whenever the trainer
 can do nothing more with the data released so far, the world moves to the next hour ``t``:
 
@@ -27,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from primus_lib.data.schema import job_keys
 from primus_lib.data.shards import write_window
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import window_id
@@ -34,10 +37,11 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms, window_starts
 from primus_lib.train.batch import to_batch
 from primus_lib.train.coordinator import Decision, SingleProcess, Wants
+from primus_lib.train.eval_sources import EvalInputError, read_batch, read_stream
 from primus_lib.train.inputs import Inputs
 from primus_lib.train.metrics import auc, logloss
 from primus_lib.train.modes import two_towers
-from primus_lib.train.replay import GrowingReplay, batch_window, stream_file
+from primus_lib.train.replay import GrowingReplay
 from primus_lib.train.steps import StepResult
 
 COMPLETE = "__label_complete"
@@ -56,25 +60,42 @@ class Timeline:
     load_seconds: float = 0.0
 
 
-def load_timeline(job: PrimusJob, data: Path, start: datetime, end: datetime, eval_from: datetime | None) -> Timeline:
+def load_timeline(
+    job: PrimusJob, data: Path | None, start: datetime, end: datetime, eval_from: datetime | None
+) -> Timeline:
+    """Read the spec's own sources over ``[start, end)``: every batch window, and the stream's rows
+    (its Kafka topic from the earliest offset to the end, or its file replay) cut into hours.
+
+    ``data`` is unused (the sources' URIs are already bound, ``${PRIMUS_DATA}`` included); kept
+    for callers of the old signature.
+    """
     began = time.perf_counter()
     batch_spec, stream_spec = job.batch_streams[0], job.stream_streams[0]
     window = job.spec.timer.window_size
     hours = list(window_starts(start, end, window, start))
-    batch = [batch_window(job, batch_spec, h) for h in hours]
+    if not hours:
+        raise EvalInputError(f"the range {start:%Y-%m-%dT%H:%M}Z..{end:%Y-%m-%dT%H:%M}Z holds no window")
+    batch = read_batch(job, batch_spec, hours)
     label = job.spec.features.label
-    keys = (batch_spec.join.keys if batch_spec.join else ["request_id"])[0]
-    events = stream_file(job, stream_spec, Path(data) / "stream" / "events.jsonl")
+    keys = (batch_spec.join.keys if batch_spec.join else job_keys(job) or [None])[0]
+    events = read_stream(job, stream_spec, hours[0], hours[-1] + window)
     ts = events.column(job.spec.features.timestamp)
     stream = []
     for h, b in zip(hours, batch, strict=True):
         lo, hi = epoch_ms(h), epoch_ms(h + window)
         part = events.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
-        complete = b.select([keys, label]).rename_columns([keys, COMPLETE])
-        part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)
-        part = part.append_column("__fill", pc.fill_null(part.column(COMPLETE), part.column(label))).drop([COMPLETE])
-        part = part.rename_columns([*part.column_names[:-1], COMPLETE]).sort_by(job.spec.features.timestamp)
+        if keys is None:  # no key to find a row's batch label by: the stream's label is the best known
+            part = part.append_column(COMPLETE, part.column(label))
+        else:  # one complete label per (non-empty) key, so the join never multiplies rows
+            complete = b.select([keys, label]).filter(pc.not_equal(b.column(keys), ""))
+            complete = complete.group_by(keys).aggregate([(label, "max")]).rename_columns([keys, COMPLETE])
+            part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)
+            filled = pc.fill_null(part.column(COMPLETE), part.column(label))
+            part = part.drop([COMPLETE]).append_column(COMPLETE, filled)
+        part = part.sort_by(job.spec.features.timestamp)
         stream.append(part)
+    if not any(p.num_rows for p in stream):
+        raise EvalInputError(f"stream {stream_spec.name!r}: no rows between {hours[0]:%Y-%m-%dT%H:%M}Z and the end")
     lag = int(batch_spec.lag / window)
     first = hours.index(eval_from) if eval_from in hours else min(len(hours) - 1, lag + int(timedelta(days=1) / window))
     return Timeline(hours, stream, batch, lag, first, first, time.perf_counter() - began)
