@@ -13,56 +13,18 @@ from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pajson
-import pyarrow.parquet as pq
 
-from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.decode import decode
-from primus_lib.data.sources.templates import render
 from primus_lib.data.stream import Position, StreamReader
-from primus_lib.filesystems import resolve
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
+from primus_lib.train.eval_sources import read_batch
 
 
 def batch_window(job: PrimusJob, stream: StreamSpec, when: datetime) -> pa.Table:
-    """The joined, decoded samples of one batch window (file:// sources only)."""
-    schema = sample_schema(job.spec.features, job_keys(job))
-    joined: pa.Table | None = None
-    for source in stream.sources:
-        if source.uri is None:
-            raise ValueError(f"stream {stream.name!r} source {source.name!r}: a batch source needs a uri")
-        location = resolve(render(source.uri, when))
-        directory = Path(location.path)
-        files = sorted(p for p in directory.glob(source.file_pattern) if not p.name.startswith(("_", ".")))
-        if source.success_marker and not (directory / source.success_marker).exists():
-            raise FileNotFoundError(f"{directory}: partition not complete ({source.success_marker} missing)")
-        raw = pa.concat_tables([pq.read_table(p) for p in files]) if files else None
-        if raw is None:
-            continue
-        table = decode(job, stream, source, raw, str(directory))
-        if joined is None:
-            joined = table
-        else:
-            keys = stream.join.keys if stream.join else job_keys(job)
-            how = {"left": "left outer", "inner": "inner", "outer": "full outer"}[
-                stream.join.how if stream.join else "left"
-            ]
-            joined = joined.join(table, keys=keys, join_type=how, use_threads=False)
-    if joined is None:
-        return schema.empty_table()
-    fill = stream.join.fill if stream.join else {}
-    columns = []
-    for field in schema:
-        if field.name not in joined.column_names:
-            raise ValueError(f"stream {stream.name!r}: joined window {when:%Y-%m-%dT%H} lacks column {field.name!r}")
-        column = joined.column(field.name)
-        if field.name in fill:
-            column = pc.fill_null(column, pa.scalar(fill[field.name]).cast(field.type))
-        columns.append(column.cast(field.type))
-    table = pa.Table.from_arrays(columns, schema=schema)
-    return table.sort_by(job.spec.features.timestamp)
+    """The joined, decoded samples of one batch window: what ``primus eval`` reads (any file source)."""
+    return read_batch(job, stream, [when])[0]
 
 
 def stream_file(job: PrimusJob, stream: StreamSpec, path: Path) -> pa.Table:
