@@ -55,6 +55,40 @@ def test_trainer_trigger_times_out_naming_the_missing_window(tmp_path: Path):
     assert "history/20261101T010000Z" in got[0]["message"] and "step 7" in got[0]["message"]
 
 
+def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_path: Path, monkeypatch):
+    """A failed job never consumes the window: the deferred task must end with the job's error
+    (found when a scheduler-run DAG's train tasks stayed deferred after the trainer gave up)."""
+    import yaml
+
+    from primus_lib.resources import backend_for, job_failure
+    from tests.resources.conftest import make_job as make_resource_job
+    from tests.resources.conftest import py
+
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_SUPERVISOR_POLL", "0.1")
+    job = make_resource_job(
+        {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
+    )
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True)))
+    backend = backend_for(job, str(spec))
+    assert job_failure(str(spec)) is None  # nothing started yet: not failed
+    backend.submit()
+    try:
+        trigger = TrainerProgressTrigger(
+            str(tmp_path / "progress.json"), ["history/20261101T000000Z"], poll_interval=0.1, timeout=60,
+            first_check_after=0, spec_path=str(spec),
+        )  # fmt: skip
+        started = time.monotonic()
+        got = events(TrainerProgressTrigger(**trigger.serialize()[1]))
+    finally:
+        backend.stop()
+    assert len(got) == 1 and got[0]["status"] == "error", got
+    assert "critical role 'trainer'" in got[0]["message"] and "exit 3" in got[0]["message"]
+    assert time.monotonic() - started < 60  # ended by the failure, not by the timeout
+
+
 def test_source_trigger_waits_for_the_success_marker_then_fires(tmp_path: Path, monkeypatch):
     job = make_job(tmp_path, end="2026-11-01T02:00:00Z", rows_per_hour=50)
     for key, value in job.env.items():

@@ -104,7 +104,9 @@ class PrimusTrainerOperator(BaseOperator):
             raise AirflowException(f"trainer exited without consuming {keys} ({progress_path})")
         self.log.info("trainer running; deferring until it consumed %s", keys)
         self.defer(
-            trigger=TrainerProgressTrigger(progress_path, keys, poll_interval=self.poll_interval, timeout=self.timeout),
+            trigger=TrainerProgressTrigger(
+                progress_path, keys, poll_interval=self.poll_interval, timeout=self.timeout, spec_path=self.spec_path
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout + 5 * self.poll_interval),
         )

@@ -6,6 +6,7 @@ The file is read through ``primus_lib.progress``, the one module that knows its 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from primus_lib.progress import consumed_metrics, missing, read_progress
+
+log = logging.getLogger(__name__)
 
 # The operator checked just before deferring. Firing soon after can beat the scheduler to the
 # deferring process's exit event, which Airflow 3.3 then reads as "task state changed
@@ -23,6 +26,10 @@ FIRST_CHECK_AFTER = 15.0
 
 class TrainerProgressTrigger(BaseTrigger):
     """Polls the progress file until every window in ``keys`` is consumed (or ``timeout`` passes).
+
+    With ``spec_path`` it also reads the job's status from its resource backend on every poll, and
+    ends with the job's error as soon as the job has failed (a failed trainer never consumes the
+    window). A status that cannot be read is logged and the wait goes on.
 
     Yields exactly one event: ``{"status": "success"|"timeout"|"error", "message": str,
     "windows": {key: {"samples", "auc", "logloss", "at"}}}``.
@@ -35,8 +42,10 @@ class TrainerProgressTrigger(BaseTrigger):
         poll_interval: float = 10.0,
         timeout: float = 6 * 3600.0,
         first_check_after: float = FIRST_CHECK_AFTER,
+        spec_path: str | None = None,
     ):
         super().__init__()
+        self.spec_path = spec_path
         self.first_check_after = first_check_after
         self.progress_path = progress_path
         self.keys = list(keys)
@@ -52,6 +61,7 @@ class TrainerProgressTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "timeout": self.timeout,
                 "first_check_after": self.first_check_after,
+                "spec_path": self.spec_path,
             },
         )
 
@@ -70,6 +80,10 @@ class TrainerProgressTrigger(BaseTrigger):
                     {"status": "success", "message": f"trainer consumed {', '.join(self.keys)}", "windows": metrics}
                 )
                 return
+            failure = await self._job_failure()
+            if failure is not None:
+                yield TriggerEvent({"status": "error", "message": f"trainer job failed: {failure}", "windows": {}})
+                return
             if time.monotonic() >= deadline:
                 yield TriggerEvent(
                     {
@@ -82,3 +96,14 @@ class TrainerProgressTrigger(BaseTrigger):
                 )
                 return
             await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+
+    async def _job_failure(self) -> str | None:
+        if not self.spec_path:
+            return None
+        from primus_lib.resources import job_failure
+
+        try:
+            return await asyncio.to_thread(job_failure, self.spec_path)
+        except Exception as exc:  # a status we cannot read is no verdict: keep waiting on progress
+            log.warning("cannot read the job status of %s: %s", self.spec_path, exc)
+            return None
