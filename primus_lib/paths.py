@@ -10,10 +10,10 @@ Layout under ``JobPaths.root``::
     metrics/                           metric snapshots of executors and trainers
 
 When ``spec.storage.root`` is remote (``s3://`` or ``webhdfs://``, see ``primus_lib.storage``)
-the committed windows, the checkpoints and the metric snapshots live there
-(``JobPaths.shared``, the root plus the job's name); the rest (the SQLite ledger when no
-database is named, progress.json, staging, resource tables) stays in a private local working
-directory, ``$PRIMUS_HOME/jobs/<job>`` (else ``.primus/jobs/<job>``).
+the committed windows, the checkpoints, the metric snapshots and the trainer's progress.json
+live there (``JobPaths.shared``, the root plus the job's name); the rest (the SQLite ledger when
+no database is named, staging, resource tables) stays in a private local working directory,
+``$PRIMUS_HOME/jobs/<job>`` (else ``.primus/jobs/<job>``).
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ class JobPaths:
         return self.root / "trainer"
 
     @property
-    def progress(self) -> Path:
-        return self.trainer_dir / "progress.json"
+    def progress(self) -> Path | StorageLocation:
+        """The trainer's progress.json, next to its checkpoints: the Airflow trainer task reads it
+        from wherever it runs (``primus_lib.progress``)."""
+        return self.state / "trainer" / "progress.json"
 
     @property
     def checkpoints(self) -> Path | StorageLocation:

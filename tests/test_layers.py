@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "airflow_api": set(),
     "spec": {"timegrid"},
     "paths": {"spec", "storage"},
-    "progress": {"durable"},
+    "progress": {"durable", "storage"},
     "allocation": {"durable", "paths", "spec"},
     "metrics": {"paths", "spec", "storage"},
     # the data plane runs its tasks under the executors' limits; nothing else of resources

@@ -25,6 +25,7 @@ from primus_lib.data.shards import Manifest, read_manifest, write_window
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation
 
 _JOIN_TYPES = {"left": "left outer", "inner": "inner", "outer": "full outer"}
 
@@ -77,7 +78,11 @@ def join_window(
     }
     manifest = write_window(directory, table, stream=stream_name, window=wid, seed=seed,
                             rows_per_shard=stream.rows_per_shard, extra=extra)  # fmt: skip
-    shutil.rmtree(staging_dir(job, stream_name, wid), ignore_errors=True)  # committed: intermediates go
+    staged = staging_dir(job, stream_name, wid)
+    if isinstance(staged, StorageLocation):
+        staged.delete()  # committed: intermediates go
+    else:
+        shutil.rmtree(staged, ignore_errors=True)
     lap("commit")
     return manifest
 

@@ -28,6 +28,7 @@ from primus_lib.durable import write_ipc
 from primus_lib.paths import JobPaths
 from primus_lib.resources.limits import Limits, enforced
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation
 
 EXECUTOR_ROLE = "data_executor"  # whose allotment (scaling/resources.json, else the spec) a task runs under
 
@@ -47,11 +48,13 @@ class TaskOutput:
         return cls(**raw)
 
 
-def staging_dir(job: PrimusJob, stream: str, window: str) -> Path:
-    return JobPaths.for_job(job).root / "staging" / stream / window
+def staging_dir(job: PrimusJob, stream: str, window: str) -> Path | StorageLocation:
+    """Where a window's staged task outputs go: next to the committed windows (``JobPaths.state``),
+    so a Joiner on another host (another private working directory) finds them."""
+    return JobPaths.for_job(job).state / "staging" / stream / window
 
 
-def staging_path(job: PrimusJob, task: DataTask) -> Path:
+def staging_path(job: PrimusJob, task: DataTask) -> Path | StorageLocation:
     return staging_dir(job, task.stream, task.window) / task.source / f"{task.id}.arrow"
 
 
@@ -62,6 +65,8 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     ``ceil(cpu)`` Arrow/OpenMP threads, a memory cap (``MemoryCapExceeded`` past it).
     ``timings``, if given, accumulates the seconds spent reading + decoding and staging."""
     path = staging_path(job, task)
+    if isinstance(path, StorageLocation):
+        return _execute_remote(job, task, path, timings)
     if path.exists():
         try:
             return _describe(task.id, path)
@@ -92,7 +97,43 @@ class StagedOutputCorrupt(RuntimeError):
     """A staged task output cannot be read (torn by a crash); it was removed: run the task again."""
 
 
-def read_staged(path: Path) -> pa.Table:
+def _execute_remote(
+    job: PrimusJob, task: DataTask, path: StorageLocation, timings: dict[str, float] | None
+) -> TaskOutput:
+    """On remote storage: the staged file is one PUT (whole or absent); an existing one is kept."""
+    if path.exists():
+        try:
+            return _describe_bytes(task.id, str(path), path.read_bytes())
+        except pa.ArrowInvalid:
+            path.delete()
+    limits = Limits.for_role(job, EXECUTOR_ROLE)
+    with enforced(limits, f"data task {task.id}") if limits else nullcontext():
+        report = TaskMetrics.start(job, task.id)
+        began = time.perf_counter()
+        table = read_task(job, task).combine_chunks()
+        read = time.perf_counter()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        data = sink.getvalue().to_pybytes()
+        path.put_atomic(data)
+        if timings is not None:
+            timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
+            timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
+        if report is not None:
+            report.finish(table.num_rows)
+    return TaskOutput(task.id, str(path), table.num_rows, hashlib.sha256(data).hexdigest())
+
+
+def read_staged(path: Path | StorageLocation) -> pa.Table:
+    if isinstance(path, StorageLocation):
+        try:
+            return pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
+        except pa.ArrowInvalid as exc:
+            path.delete()
+            raise StagedOutputCorrupt(
+                f"{path}: unreadable staged output ({exc}); removed it, run the task again"
+            ) from None
     try:
         with pa.memory_map(str(path)) as source:
             return pa.ipc.open_file(source).read_all()
@@ -102,6 +143,9 @@ def read_staged(path: Path) -> pa.Table:
 
 
 def _describe(task_id: str, path: Path) -> TaskOutput:
-    data = path.read_bytes()
+    return _describe_bytes(task_id, str(path), path.read_bytes())
+
+
+def _describe_bytes(task_id: str, path: str, data: bytes) -> TaskOutput:
     rows = pa.ipc.open_file(pa.BufferReader(data)).read_all().num_rows
-    return TaskOutput(task_id, str(path), rows, hashlib.sha256(data).hexdigest())
+    return TaskOutput(task_id, path, rows, hashlib.sha256(data).hexdigest())
