@@ -161,7 +161,11 @@ def test_scale_and_resize_go_through_the_controllers(backend):
     backend.scale("stream_executor", 99)  # clamped to max_replicas
     assert c.apps.read_namespaced_stateful_set("ctr-demo-stream-executor", ns).spec.replicas == 4
     running(c.api, ns, executors, n=4)
-    assert backend.role_status("stream_executor").running == 4
+    # a new replica count is also a new N for every executor (its partition share): the template
+    # changes and the controller rolls the pods, so wait for the rollout to settle
+    wait_for(
+        "4 stream executors running after the rollout", lambda: backend.role_status("stream_executor").running == 4
+    )
 
     # resize: a template change; the StatefulSet controller replaces the pods one by one
     backend.resize("stream_executor", cpu=2.5, memory=3 * 2**30)

@@ -91,6 +91,6 @@ def test_controller_service_account_can_run_a_job_and_nothing_more(kube_cluster,
     binding = {"metadata": {"name": "escalate"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                "name": "cluster-admin"}, "subjects": [{"kind": "ServiceAccount", "name": "primus-controller", "namespace": ns}]}  # fmt: skip
     assert denied(lambda: rbac.create_namespaced_role_binding(ns, binding))
-    # the workload identity has no rights at all
+    # the workload identity may only read endpoints (stream executor discovery): nothing else
     workload = kube_cluster.client(service_account_token(admin, ns, "primus-workload"))
     assert denied(lambda: client.CoreV1Api(workload).list_namespaced_pod(ns))

@@ -6,15 +6,16 @@ every role of the previous waves is ready (all its pods Running and Ready on a n
 scheduler finds no node for stays Pending; status() names it and the scheduler's reason. Failover: the Job
 controller restarts failed trainer pods up to backoffLimit = max_restarts x replicas; a
 StatefulSet's pod restarting more than max_restarts times fails its role (and the job if critical).
-Resize patches the pod templates (a rolling update); a Job's template is immutable, so a trainer
-resize or a scale-up past its completions recreates the Job once the old one's pods are gone
-(foreground deletion; the trainer resumes from its checkpoint).
+Scaling the stream executors patches their replicas and $PRIMUS_REPLICAS in the pod template (each
+executor's N: the pods roll); their headless Service is how the trainer finds them. Resize patches
+the pod templates (a rolling update); a Job's template is immutable, so a trainer resize or a
+scale-up past its completions recreates the Job once the old one's pods are gone (foreground
+deletion, primus_lib/resources/kubernetes/trainer.py; the trainer resumes from its checkpoint).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,11 +23,11 @@ from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.cluster import Cluster, api_client_for
+from primus_lib.resources.kubernetes.trainer import recreate_trainer
 from primus_lib.spec.job import PrimusJob
 
 MERGE = {"_content_type": "application/merge-patch+json"}
 JSON_PATCH = {"_content_type": "application/json-patch+json"}
-RECREATE_TIMEOUT_SECONDS = 60.0
 
 
 def _not_found(exc: Exception) -> bool:
@@ -136,6 +137,8 @@ class KubernetesBackend(ResourceBackend):
         self._create(self.cluster.core.create_namespaced_config_map, m.spec_configmap(self.job, uid))
         if "trainer" in self.roles():
             self._create(self.cluster.core.create_namespaced_service, m.trainer_service(self.job, uid))
+        if m.EXECUTOR_ROLE in self.roles() and self.runnable(m.EXECUTOR_ROLE):  # the trainer finds them here
+            self._create(self.cluster.core.create_namespaced_service, m.executor_service(self.job, uid))
         return uid
 
     def workload(self, role: str, uid: str | None, replicas=None, cpu=None, memory=None) -> dict:
@@ -304,13 +307,15 @@ class KubernetesBackend(ResourceBackend):
         obj = self.read_workload(role)
         if obj is None:
             raise ResourceError(f"job {self.job.name!r}: role {role!r} has no workload to scale (not started)")
-        if obj["kind"] == "StatefulSet":
+        if obj["kind"] == "StatefulSet" and role == m.EXECUTOR_ROLE:  # N changes too: the pods roll
+            self.cluster.apps.patch_namespaced_stateful_set(name, self.ns, m.replicas_patch(obj, n), **JSON_PATCH)
+        elif obj["kind"] == "StatefulSet":
             self.cluster.apps.patch_namespaced_stateful_set_scale(name, self.ns, {"spec": {"replicas": n}}, **MERGE)
         elif obj["kind"] == "Job":
             if n <= obj["spec"]["completions"]:
                 self.cluster.batch.patch_namespaced_job(name, self.ns, {"spec": {"parallelism": n}}, **MERGE)
             else:
-                self._recreate_trainer(obj, replicas=n)
+                recreate_trainer(self, obj, replicas=n)
         else:
             group, version, plural = m.PYTORCHJOB
             body = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": max(0, n - 1)}}}}
@@ -331,7 +336,7 @@ class KubernetesBackend(ResourceBackend):
             patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/resources", "value": resources}]
             self.cluster.apps.patch_namespaced_stateful_set(name, self.ns, patch, **JSON_PATCH)
         elif obj["kind"] == "Job":
-            self._recreate_trainer(obj, cpu=cpu, memory=memory)
+            recreate_trainer(self, obj, cpu=cpu, memory=memory)
         else:
             group, version, plural = m.PYTORCHJOB
             patch = [{"op": "replace", "path": f"/spec/pytorchReplicaSpecs/{kind}/template/spec/containers/0/resources",
@@ -340,35 +345,6 @@ class KubernetesBackend(ResourceBackend):
                 group, version, self.ns, plural, name, patch, **JSON_PATCH
             )
         self.patch_cr_role(role, {"cpu": cpu, "memory": memory})
-
-    def _recreate_trainer(self, obj: dict, replicas: int | None = None, cpu=None, memory=None) -> None:
-        from kubernetes.client.rest import ApiException
-
-        container = obj["spec"]["template"]["spec"]["containers"][0]
-        from primus_lib.spec.units import parse_quantity
-
-        requests = container["resources"]["requests"]
-        replicas = obj["spec"]["completions"] if replicas is None else replicas
-        cpu = parse_quantity(requests["cpu"]) if cpu is None else cpu
-        memory = parse_quantity(requests["memory"]) if memory is None else memory
-        body = self.workload(
-            "trainer", obj["metadata"].get("ownerReferences", [{}])[0].get("uid"), replicas, cpu, memory
-        )
-        name = obj["metadata"]["name"]
-        # Foreground: the Job object lasts until the garbage collector has deleted its pods, so the new
-        # Job's pods never meet the old ones (two trainers with one rank) or their resources.
-        self.cluster.batch.delete_namespaced_job(name, self.ns, propagation_policy="Foreground")
-        deadline = time.monotonic() + RECREATE_TIMEOUT_SECONDS
-        while True:
-            try:
-                self.cluster.batch.create_namespaced_job(self.ns, body)
-                return
-            except ApiException as exc:
-                if not _conflict(exc) or time.monotonic() > deadline:
-                    raise ResourceError(
-                        f"job {self.job.name!r}: recreating trainer Job {name} failed: {exc.body}"
-                    ) from exc
-                time.sleep(0.2)
 
     def _delete_workloads(self, keep_trainer: bool = False) -> None:
         from kubernetes.client.rest import ApiException
@@ -394,6 +370,7 @@ class KubernetesBackend(ResourceBackend):
 
         self._delete_workloads()
         for delete, name in ((self.cluster.core.delete_namespaced_service, m.trainer_service_name(self.job)),
+                             (self.cluster.core.delete_namespaced_service, m.executor_service_name(self.job)),
                              (self.cluster.core.delete_namespaced_config_map, m.spec_configmap_name(self.job))):  # fmt: skip
             try:
                 delete(name, self.ns)

@@ -3,6 +3,8 @@
 - trainer: an Indexed Job (servers >= INDEXED_JOB_MIN) or a PyTorchJob (when the Kubeflow CRD
   exists), plus a headless Service for torchrun's rendezvous (stable pod DNS names);
 - other runnable roles (stream executors, parameter servers): a StatefulSet each;
+- stream executors: a headless Service (the Flight port, named ``flight``) that is their StatefulSet's
+  serviceName; the trainer lists its Endpoints (``primus_lib.data.executor.discovery``);
 - the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
 Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
 """
@@ -27,6 +29,9 @@ RUN_AS = 1000
 WORKLOAD_SERVICE_ACCOUNT = "primus-workload"
 JOB_LABEL, ROLE_LABEL = "primus.dev/job", "primus.dev/role"
 PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
+EXECUTOR_ROLE = "stream_executor"
+FLIGHT_PORT = 8815  # every stream executor pod serves Arrow Flight here
+FLIGHT_PORT_NAME = "flight"
 
 
 def dns(name: str) -> str:
@@ -39,6 +44,11 @@ def workload_name(job: PrimusJob, role: str) -> str:
 
 def trainer_service_name(job: PrimusJob) -> str:
     return f"{job.name}-trainer"
+
+
+def executor_service_name(job: PrimusJob) -> str:
+    """The stream executors' headless Service, also their StatefulSet's serviceName."""
+    return workload_name(job, EXECUTOR_ROLE)
 
 
 def spec_configmap_name(job: PrimusJob) -> str:
@@ -83,7 +93,28 @@ def command(job: PrimusJob, role: str, trainer_nodes: int = 1, indexed: bool = F
                 f"--node-rank={rank}", f"--master-addr={master}", f"--master-port={RDZV_PORT}",
                 "-m", "primus_lib.cli.main", "train", SPEC_FILE]  # fmt: skip
     default = role_rules.default_command(role, SPEC_FILE)  # None when the subcommand does not exist
+    if default is not None and role == EXECUTOR_ROLE:
+        return executor_command()
     return None if default is None else ["primus", *default[3:]]
+
+
+def executor_command() -> list[str]:
+    """``primus executor``: index = the pod's ordinal (the tail of its name, ``<statefulset>-<i>``),
+    N = $PRIMUS_REPLICAS (in the template: scale rolls the pods), Flight on FLIGHT_PORT, advertised
+    at the pod's IP (POD_NAME, POD_IP: downward API). A shell computes the ordinal: valid on 1.20,
+    where the ``apps.kubernetes.io/pod-index`` label (1.28+) does not exist."""
+    script = (f'exec primus executor {SPEC_FILE} --index "${{POD_NAME##*-}}" --replicas "$PRIMUS_REPLICAS" '
+              f'--host 0.0.0.0 --port {FLIGHT_PORT} --advertise "$POD_IP"')  # fmt: skip
+    return ["/bin/sh", "-c", script]
+
+
+def reads_endpoints(job: PrimusJob, role: str) -> bool:
+    """The trainer of a job with stream executors lists their Service's Endpoints: it gets its token
+    (config/rbac: primus-workload may get endpoints, nothing else). Every other pod: no token."""
+    executors = job.spec.resources.roles.get(EXECUTOR_ROLE)
+    return (
+        role == role_rules.TRAINER_ROLE and bool(executors and executors.replicas) and bool(command(job, EXECUTOR_ROLE))
+    )
 
 
 def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None,
@@ -99,9 +130,14 @@ def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu
     }  # fmt: skip
     if role == role_rules.TRAINER_ROLE:
         container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
+    if role == EXECUTOR_ROLE:  # Ready (-> listed in the Endpoints) once Flight listens
+        env += [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]  # fmt: skip
+        container["ports"] = [{"name": FLIGHT_PORT_NAME, "containerPort": FLIGHT_PORT}]
+        container["readinessProbe"] = {"tcpSocket": {"port": FLIGHT_PORT_NAME}, "periodSeconds": 5}
     pod: dict[str, Any] = {
         "restartPolicy": restart, "serviceAccountName": WORKLOAD_SERVICE_ACCOUNT,
-        "automountServiceAccountToken": False, "securityContext": pod_security(), "containers": [container],
+        "automountServiceAccountToken": reads_endpoints(job, role), "securityContext": pod_security(), "containers": [container],
         "volumes": [{"name": "spec", "configMap": {"name": spec_configmap_name(job)}},
                     {"name": "tmp", "emptyDir": {}}],
     }  # fmt: skip
@@ -158,6 +194,26 @@ def trainer_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, A
                      "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}]}}  # fmt: skip
 
 
+def executor_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
+    """Headless, ready addresses only: the Endpoints list the executors whose Flight server listens,
+    each with its pod's hostname (``<statefulset>-<i>``: the executor's index) and IP."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": meta(job, executor_service_name(job), EXECUTOR_ROLE, owner_uid),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": False, "selector": labels(job, EXECUTOR_ROLE),
+                     "ports": [{"name": FLIGHT_PORT_NAME, "port": FLIGHT_PORT,
+                                "targetPort": FLIGHT_PORT_NAME}]}}  # fmt: skip
+
+
+def replicas_patch(obj: dict, n: int) -> list[dict[str, Any]]:
+    """JSON patch of a StatefulSet (as read, a dict): its replicas and $PRIMUS_REPLICAS in its pod
+    template, the N each stream executor picks its partitions by (a template change: a rolling update)."""
+    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/spec/replicas", "value": n}]
+    for i, var in enumerate(obj["spec"]["template"]["spec"]["containers"][0].get("env") or []):
+        if var.get("name") == "PRIMUS_REPLICAS":
+            ops.append({"op": "replace", "path": f"/spec/template/spec/containers/0/env/{i}/value", "value": str(n)})
+    return ops
+
+
 def trainer_job(job: PrimusJob, indexed: bool, owner_uid: str | None = None, replicas: int | None = None,
                 cpu=None, memory=None) -> dict[str, Any]:  # fmt: skip
     spec = job.spec.resources.roles["trainer"]
@@ -198,9 +254,13 @@ def statefulset(job: PrimusJob, role: str, owner_uid: str | None = None, replica
                 memory=None) -> dict[str, Any]:  # fmt: skip
     spec = job.spec.resources.roles[role]
     name = workload_name(job, role)
+    n = spec.replicas if replicas is None else replicas
     template = pod_template(job, role, "Always", cmd=command(job, role) or [], cpu=cpu, memory=memory)
+    for var in template["spec"]["containers"][0]["env"]:
+        if var["name"] == "PRIMUS_REPLICAS":
+            var["value"] = str(n)
     return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(job, name, role, owner_uid),
-            "spec": {"replicas": spec.replicas if replicas is None else replicas, "serviceName": name,
+            "spec": {"replicas": n, "serviceName": name,
                      "podManagementPolicy": "Parallel", "selector": {"matchLabels": labels(job, role)},
                      "updateStrategy": {"type": "RollingUpdate"}, "template": template}}  # fmt: skip
 
