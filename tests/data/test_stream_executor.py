@@ -322,3 +322,25 @@ def test_the_local_backend_starts_the_executors_by_default(kafka_broker, tmp_pat
     finally:
         backend.stop()
     assert sorted(ids) == sorted(produced) and _once(ids)
+
+
+def test_shared_state_discovery_serves_fresh_entries_only(tmp_path, monkeypatch):
+    """Entries under the job's state: a registered executor is listed and kept fresh by its heartbeat;
+    a stale one (its process killed: no heartbeat) is not; a clean stop removes the entry."""
+    from primus_lib.data.executor.discovery import SharedStateDiscovery
+
+    monkeypatch.setenv("NM_HOST", "node-7")
+    discovery = SharedStateDiscovery(tmp_path / "executors" / "s", heartbeat=0.2, stale=1.0)
+    discovery.register(0, "grpc://0.0.0.0:4100", {"stream": "s"})
+    discovery.register(1, "grpc://10.0.0.5:4101", {"stream": "s"})
+    dead = {"index": 2, "location": "grpc://h:4102", "heartbeat_at": time.time() - 5}
+    (tmp_path / "executors" / "s" / "2.json").write_text(json.dumps(dead))
+    time.sleep(1.5)  # longer than `stale`: only the heartbeats keep 0 and 1 listed
+    assert discovery.locations() == {0: "grpc://node-7:4100", 1: "grpc://10.0.0.5:4101"}
+    entry = discovery.entries()[0]
+    assert {"pid", "host", "started_at", "heartbeat_at"} <= set(entry) and entry["heartbeat_at"] > entry["started_at"]
+    discovery.unregister(0)
+    assert sorted(p.name for p in (tmp_path / "executors" / "s").iterdir()) == ["1.json", "2.json"]
+    assert discovery.locations() == {1: "grpc://10.0.0.5:4101"}
+    discovery.unregister(1)
+    assert SharedStateDiscovery(tmp_path / "nowhere").locations() == {}

@@ -11,20 +11,32 @@
   lists a pod once it is Ready (its Flight port accepts connections), with its hostname
   ``<statefulset>-<i>``: ``i`` is the executor's index. Registration is the Endpoints themselves.
 
-YARN (the registry or the application report) is not built yet.
+- ``SharedStateDiscovery`` (the yarn backend, and the local backend with a remote storage root):
+  every executor writes ``executors/<stream>/<index>.json`` under the job's shared state
+  (``JobPaths.state``: s3://, webhdfs:// or a local path) with an atomic put once it listens,
+  refreshes its ``heartbeat_at`` every ``HEARTBEAT_SECONDS`` and removes it on a clean stop; an
+  entry whose heartbeat is older than ``STALE_SECONDS`` (a killed executor) is not served. Any
+  host that reaches the shared state finds the executors (heartbeats compare wall clocks: hosts
+  must agree within a few seconds).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import socket
 import tempfile
+import threading
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 from primus_lib.paths import JobPaths
 from primus_lib.spec.job import PrimusJob
+
+log = logging.getLogger(__name__)
 
 ROLE = "stream_executor"
 ENV_LOCATIONS = "PRIMUS_STREAM_EXECUTORS"
@@ -110,6 +122,93 @@ def _alive(pid: int) -> bool:
         return True
 
 
+HEARTBEAT_SECONDS = 3.0  # an executor refreshes its shared-state entry this often
+STALE_SECONDS = 3 * HEARTBEAT_SECONDS  # an entry not refreshed for this long is a dead executor's
+WILDCARDS = ("0.0.0.0", "::", "[::]")  # a bind-everything address: advertise the host's name instead
+
+
+def advertised(location: str) -> str:
+    """``location`` with a wildcard host replaced by this host's name ($NM_HOST in a YARN container)."""
+    scheme, _, rest = location.partition("://")
+    host, _, port = rest.rpartition(":")
+    if host not in WILDCARDS:
+        return location
+    return f"{scheme}://{os.environ.get('NM_HOST') or socket.getfqdn()}:{port}"
+
+
+class SharedStateDiscovery(ExecutorDiscovery):
+    """Entries under the job's shared state, kept fresh by a heartbeat thread in each executor."""
+
+    def __init__(self, directory, heartbeat: float = HEARTBEAT_SECONDS, stale: float = STALE_SECONDS):
+        from primus_lib.storage import locate
+
+        self.directory = locate(directory)  # a StorageLocation (remote) or a local Path
+        self.heartbeat, self.stale = heartbeat, stale
+        self._beats: dict[int, tuple[threading.Event, threading.Thread]] = {}
+
+    @classmethod
+    def for_stream(cls, job: PrimusJob, stream: str) -> SharedStateDiscovery:
+        return cls(JobPaths.for_job(job).state / "executors" / stream)
+
+    def _put(self, index: int, body: dict) -> None:
+        from primus_lib.durable import atomic_write
+        from primus_lib.storage import StorageLocation
+
+        target = self.directory / f"{index}.json"
+        if isinstance(target, StorageLocation):
+            target.put_atomic(json.dumps(body).encode())
+        else:
+            atomic_write(target, json.dumps(body))
+
+    def register(self, index: int, location: str, info: dict) -> None:
+        now = time.time()
+        body = {**info, "index": index, "location": advertised(location), "pid": os.getpid(),
+                "host": socket.getfqdn(), "started_at": now, "heartbeat_at": now}  # fmt: skip
+        self._put(index, body)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat):
+                try:
+                    self._put(index, {**body, "heartbeat_at": time.time()})
+                except Exception:  # storage hiccup: the next beat tries again (stale only if they all fail)
+                    log.exception("executor %d: heartbeat to %s failed", index, self.directory)
+
+        thread = threading.Thread(target=beat, name=f"executor-heartbeat-{index}", daemon=True)
+        self._beats[index] = (stop, thread)
+        thread.start()
+
+    def unregister(self, index: int) -> None:
+        stop, thread = self._beats.pop(index, (None, None))
+        if stop is not None:
+            stop.set()
+            thread.join(self.heartbeat + 30)
+        target = self.directory / f"{index}.json"
+        if isinstance(target, Path):
+            target.unlink(missing_ok=True)
+        else:
+            target.delete()
+
+    def entries(self) -> dict[int, dict]:
+        """Index -> entry of the executors whose heartbeat is fresh."""
+        if isinstance(self.directory, Path):
+            names = [p.name for p in self.directory.glob("*.json")] if self.directory.is_dir() else []
+        else:
+            names = [e.name for e in self.directory.list() if not e.is_dir]
+        out, now = {}, time.time()
+        for name in sorted(n for n in names if n.endswith(".json") and not n.startswith(".")):
+            try:
+                entry = json.loads((self.directory / name).read_text())
+            except (OSError, ValueError):
+                continue  # replaced or removed meanwhile
+            if now - float(entry.get("heartbeat_at", 0)) <= self.stale:
+                out[int(entry["index"])] = entry
+        return out
+
+    def locations(self) -> dict[int, str]:
+        return {i: e["location"] for i, e in sorted(self.entries().items())}
+
+
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -169,14 +268,17 @@ class KubernetesDiscovery(ExecutorDiscovery):
 
 
 def discovery_for(job: PrimusJob, stream: str) -> ExecutorDiscovery:
-    """$PRIMUS_STREAM_EXECUTORS when set, else the backend's own way (local: the ports files;
-    kubernetes: the executors' headless Service's Endpoints)."""
+    """$PRIMUS_STREAM_EXECUTORS when set, else the backend's own way (local: the ports files, or
+    the shared state when the storage root is remote; yarn: the shared state; kubernetes: the
+    executors' headless Service's Endpoints)."""
     raw = os.environ.get(ENV_LOCATIONS, "").strip()
     if raw:
         return StaticDiscovery([part.strip() for part in raw.split(",") if part.strip()])
     backend = job.spec.resources.backend
     if backend == "kubernetes":
         return KubernetesDiscovery.for_job(job, stream)
+    if backend == "yarn" or (backend == "local" and JobPaths.for_job(job).shared is not None):
+        return SharedStateDiscovery.for_stream(job, stream)
     if backend != "local":
         raise NotImplementedError(
             f"stream executor discovery on the {backend} backend is not built yet: set ${ENV_LOCATIONS}"

@@ -9,6 +9,8 @@
   replaced by a new one, read from the RM (any process sees the same count);
 - scale submits / kills applications; resize kills and resubmits them one by one with the new
   resource (an AM container cannot be resized in place);
+- a stream executor's default command is ``primus executor SPEC --index I --replicas N`` bound to
+  every address on a free port; it announces itself under the job's shared state;
 - desired replicas / size after scale or resize are kept in resources/yarn.json (like
   placement.json): the RM keeps no such record.
 """
@@ -31,6 +33,7 @@ WAVE_TIMEOUT_SECONDS = float(os.environ.get("PRIMUS_YARN_WAVE_TIMEOUT", "120"))
 POLL_SECONDS = 0.25
 # Passed to every worker: the job's own settings (PRIMUS_HOME, PRIMUS_DATA, ...).
 PASS_ENV_PREFIXES = ("PRIMUS_",)
+EXECUTOR_ROLE = "stream_executor"
 
 
 def _tag(kind: str, value: str | int) -> str:
@@ -163,6 +166,9 @@ class YarnBackend(ResourceBackend):
         if command is None:
             raise ResourceError(f"job {self.job.name!r} role {role!r}: no command to run")
         replicas, cpu, memory = self.desired(role)
+        if role == EXECUTOR_ROLE and not spec.command:  # serve on the NodeManager's host, found through
+            # the job's shared state (discovery.SharedStateDiscovery advertises the host's name)
+            command += ["--index", str(index), "--replicas", str(replicas), "--host", "0.0.0.0", "--port", "0"]
         env = {k: v for k, v in os.environ.items() if k.startswith(PASS_ENV_PREFIXES)}
         env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role, "PRIMUS_REPLICA_INDEX": str(index),
                     "PRIMUS_REPLICAS": str(replicas), "PRIMUS_CPU": str(cpu), "PRIMUS_MEMORY": str(int(memory)),
