@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devstack.kafka import KafkaServer, kafka_classpath  # noqa: E402
-from primus_lib.data.executor.discovery import LocalDiscovery  # noqa: E402
 from primus_lib.data.flight_client import ExecutorStreamReader  # noqa: E402
+from primus_lib.resources.discovery import LocalDiscovery  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
 from tests.data.helpers import job_doc  # noqa: E402
 

@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "progress": {"durable", "storage"},
     "allocation": {"durable", "paths", "spec"},
     "metrics": {"paths", "spec", "storage"},
-    # the data plane runs its tasks under the executors' limits; nothing else of resources
+    # the data plane runs its tasks under the executors' limits and its stream executors announce
+    # themselves through the backend's discovery; nothing else of resources
     "data": {
         "allocation",
         "durable",
@@ -36,8 +37,9 @@ ALLOWED: dict[str, set[str]] = {
         "storage",
         "timegrid",
         "resources.limits",
+        "resources.discovery",
     },
-    "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "timegrid"},
+    "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
     "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "timegrid"},
 }
 

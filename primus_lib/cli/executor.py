@@ -37,8 +37,8 @@ def _int_env(name: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_lib.data.executor.discovery import discovery_for
     from primus_lib.data.executor.service import ExecutorService
+    from primus_lib.resources.discovery import discovery_for
     from primus_lib.spec import load_job
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

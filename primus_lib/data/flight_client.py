@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus_lib.data.buffer import BufferClosed, SampleBuffer
-from primus_lib.data.executor.discovery import ExecutorDiscovery
 from primus_lib.data.flight import FlightBufferClient
 from primus_lib.data.stream import Position, StreamReader
+from primus_lib.resources.discovery import ExecutorDiscovery
 
 log = logging.getLogger(__name__)
 ERRORS = (flight.FlightError, OSError, pa.ArrowException)

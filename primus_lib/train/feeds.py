@@ -156,7 +156,7 @@ def executors_serve_streams(job: PrimusJob) -> bool:
     ``stream_executor`` role with replicas and its streams are Kafka topics, or
     ``$PRIMUS_STREAM_SOURCE=executors``) rather than reading the sources itself. File replays are
     read by the trainer: executors serve Kafka only."""
-    from primus_lib.data.executor.discovery import executor_replicas
+    from primus_lib.resources.discovery import executor_replicas
 
     chosen = os.environ.get(STREAM_SOURCE_ENV, "").strip().lower()
     if chosen:
@@ -174,8 +174,8 @@ def stream_readers(
     (this rank's share of them) when executors serve the streams, else ``direct(job)``."""
     if not executors_serve_streams(job):
         return direct(job)
-    from primus_lib.data.executor.discovery import discovery_for
     from primus_lib.data.flight_client import ExecutorStreamReader
+    from primus_lib.resources.discovery import discovery_for
 
     for stream in job.stream_streams:
         if any(source.kafka is None for source in stream.sources):

@@ -17,10 +17,10 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from primus_lib.data.executor.discovery import LocalDiscovery
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.metrics import names as n
 from primus_lib.paths import JobPaths
+from primus_lib.resources.discovery import LocalDiscovery
 from primus_lib.spec import load_job
 from tests.data.helpers import job_doc
 from tests.data.test_replay import _events
@@ -240,8 +240,8 @@ def test_rows_at_or_below_the_accepted_position_are_dropped():
     import pyarrow as pa
 
     from primus_lib.data.buffer import SampleBuffer
-    from primus_lib.data.executor.discovery import StaticDiscovery
     from primus_lib.data.flight import BufferFlightServer
+    from primus_lib.resources.discovery import StaticDiscovery
 
     schema = pa.schema([("request_id", pa.string())])
     buffer = SampleBuffer(1000)
@@ -327,7 +327,7 @@ def test_the_local_backend_starts_the_executors_by_default(kafka_broker, tmp_pat
 def test_shared_state_discovery_serves_fresh_entries_only(tmp_path, monkeypatch):
     """Entries under the job's state: a registered executor is listed and kept fresh by its heartbeat;
     a stale one (its process killed: no heartbeat) is not; a clean stop removes the entry."""
-    from primus_lib.data.executor.discovery import SharedStateDiscovery
+    from primus_lib.resources.discovery import SharedStateDiscovery
 
     monkeypatch.setenv("NM_HOST", "node-7")
     discovery = SharedStateDiscovery(tmp_path / "executors" / "s", heartbeat=0.2, stale=1.0)

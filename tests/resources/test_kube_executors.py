@@ -12,10 +12,11 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from primus_lib.data.executor.discovery import KubernetesDiscovery, discovery_for
+from primus_lib.resources.discovery import discovery_for
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
 from tests.fixtures.kube import simulate_restarts
 from tests.resources.conftest import apply_crd, make_job, running, wait_for
 from tests.resources.test_kubernetes import selector

@@ -14,8 +14,8 @@ import uuid
 import pytest
 import yaml
 
-from primus_lib.data.executor.discovery import HEARTBEAT_SECONDS, SharedStateDiscovery, discovery_for
 from primus_lib.data.flight_client import ExecutorStreamReader
+from primus_lib.resources.discovery import HEARTBEAT_SECONDS, SharedStateDiscovery, discovery_for
 from primus_lib.resources.yarn import YarnBackend
 from primus_lib.spec import load_job
 from tests.data.helpers import job_doc

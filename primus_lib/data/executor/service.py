@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, TopicPartition
 
 from primus_lib.data.buffer import BufferClosed, SampleBuffer
-from primus_lib.data.executor.discovery import ExecutorDiscovery
 from primus_lib.data.flight import BufferFlightServer
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.kafka import KafkaStreamReader, client_config, partition_key, retrying
+from primus_lib.resources.discovery import ExecutorDiscovery
 from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger(__name__)

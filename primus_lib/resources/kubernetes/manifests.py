@@ -4,7 +4,7 @@
   exists), plus a headless Service for torchrun's rendezvous (stable pod DNS names);
 - other runnable roles (stream executors, parameter servers): a StatefulSet each;
 - stream executors: a headless Service (the Flight port, named ``flight``) that is their StatefulSet's
-  serviceName; the trainer lists its Endpoints (``primus_lib.data.executor.discovery``);
+  serviceName; the trainer lists its Endpoints (``primus_lib.resources.discovery``);
 - the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
 Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
 """

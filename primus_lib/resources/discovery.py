@@ -6,7 +6,7 @@
 - ``StaticDiscovery``: a fixed list of locations (``$PRIMUS_STREAM_EXECUTORS``, comma
   separated, ``grpc://host:port``), for clusters where a Service name or a registry gives them.
 
-- ``KubernetesDiscovery`` (the kubernetes backend): the ready addresses of the stream executors'
+- ``KubernetesDiscovery`` (the kubernetes backend, ``primus_lib.resources.kubernetes.discovery``): the ready addresses of the stream executors'
   headless Service's Endpoints (``<job>-stream-executor``, port ``flight``); the endpoints controller
   lists a pod once it is Ready (its Flight port accepts connections), with its hostname
   ``<statefulset>-<i>``: ``i`` is the executor's index. Registration is the Endpoints themselves.
@@ -209,64 +209,6 @@ class SharedStateDiscovery(ExecutorDiscovery):
         return {i: e["location"] for i, e in sorted(self.entries().items())}
 
 
-SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-def _ordinal(name: str | None) -> int | None:
-    tail = (name or "").rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
-class KubernetesDiscovery(ExecutorDiscovery):
-    """Index -> ``grpc://<pod IP>:<flight port>`` from the headless Service's Endpoints (ready only)."""
-
-    def __init__(self, service: str, namespace: str, api_client=None, port_name: str = "flight"):
-        self.service, self.namespace, self.port_name = service, namespace, port_name
-        self._api_client = api_client  # made on first use: an executor pod (no token) never needs one
-
-    @classmethod
-    def for_job(cls, job: PrimusJob, stream: str) -> KubernetesDiscovery:
-        """The job's executors serve every stream on one port: ``stream`` does not change the Service."""
-        from primus_lib.resources.kubernetes import manifests
-
-        namespace = os.environ.get("PRIMUS_KUBE_NAMESPACE") or ""
-        if not namespace and os.path.exists(SA_NAMESPACE_FILE):  # in a pod: its own namespace
-            namespace = Path(SA_NAMESPACE_FILE).read_text().strip()
-        namespace = namespace or job.metadata.namespace or job.spec.resources.namespace
-        return cls(manifests.executor_service_name(job), namespace, port_name=manifests.FLIGHT_PORT_NAME)
-
-    def _core(self):
-        from kubernetes import client
-
-        if self._api_client is None:
-            from primus_lib.resources.kubernetes.cluster import api_client_for
-
-            self._api_client = api_client_for(os.environ.get("KUBECONFIG"), os.environ.get("PRIMUS_KUBE_CONTEXT"))
-        return client.CoreV1Api(self._api_client)
-
-    def locations(self) -> dict[int, str]:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            endpoints = self._core().read_namespaced_endpoints(self.service, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:  # the Service is not there (yet): no executor serves
-                return {}
-            raise
-        out: dict[int, str] = {}
-        for subset in endpoints.subsets or []:
-            named = {p.name: p.port for p in subset.ports or []}
-            port = named.get(self.port_name) or (next(iter(named.values())) if len(named) == 1 else None)
-            if port is None:
-                continue
-            for address in subset.addresses or []:  # ready ones; not_ready_addresses are skipped
-                ref = address.target_ref.name if address.target_ref is not None else None
-                index = _ordinal(address.hostname) if address.hostname else _ordinal(ref)
-                if index is not None:
-                    out[index] = f"grpc://{address.ip}:{port}"
-        return dict(sorted(out.items()))
-
-
 def discovery_for(job: PrimusJob, stream: str) -> ExecutorDiscovery:
     """$PRIMUS_STREAM_EXECUTORS when set, else the backend's own way (local: the ports files, or
     the shared state when the storage root is remote; yarn: the shared state; kubernetes: the
@@ -276,6 +218,8 @@ def discovery_for(job: PrimusJob, stream: str) -> ExecutorDiscovery:
         return StaticDiscovery([part.strip() for part in raw.split(",") if part.strip()])
     backend = job.spec.resources.backend
     if backend == "kubernetes":
+        from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
+
         return KubernetesDiscovery.for_job(job, stream)
     if backend == "yarn" or (backend == "local" and JobPaths.for_job(job).shared is not None):
         return SharedStateDiscovery.for_stream(job, stream)
