@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devstack.kafka import KafkaServer, kafka_classpath  # noqa: E402
+from devstack.proc import wait_for_line  # noqa: E402
 from primus_lib.data.flight_client import ExecutorStreamReader  # noqa: E402
 from primus_lib.resources.discovery import LocalDiscovery  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
@@ -77,20 +77,6 @@ def floor(bootstrap: str, topic: str) -> float:
     return ROWS / seconds
 
 
-def wait_serving(proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sel.select(0.2):
-            line = proc.stdout.readline().decode()
-            if "serving" in line:
-                return
-            if not line and proc.poll() is not None:
-                break
-    raise RuntimeError(f"executor did not start (exit {proc.poll()})")
-
-
 def ours(work: Path, bootstrap: str, topic: str, count: int, run: int) -> float:
     doc = job_doc(f"file://{work}/data", bootstrap=bootstrap, topic=topic)
     doc["metadata"]["name"] = f"bench-{count}-{run}"
@@ -107,7 +93,7 @@ def ours(work: Path, bootstrap: str, topic: str, count: int, run: int) -> float:
     ]
     try:
         for proc in procs:
-            wait_serving(proc)
+            wait_for_line(proc, "serving")
         reader = ExecutorStreamReader(LocalDiscovery.for_stream(job, "realtime"))
         got, start = 0, time.perf_counter()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -88,3 +89,21 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 10.0
         proc.wait(5)
     except ProcessLookupError:
         pass
+
+
+def wait_for_line(proc: subprocess.Popen, word: str, timeout: float = 60.0) -> str:
+    """Read ``proc``'s stdout (a pipe) until a line contains ``word`` and return that line; raise
+    with the output's tail when the process ends or ``timeout`` passes first."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline, seen = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        if sel.select(0.2):
+            line = proc.stdout.readline().decode()
+            if not line and proc.poll() is not None:
+                break
+            seen.append(line)
+            if word in line:
+                return line
+    tail = "".join(seen)[-3000:]
+    raise RuntimeError(f"{word!r} not printed (exit {proc.poll()}, {timeout:.0f}s):\n{tail}")

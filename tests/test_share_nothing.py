@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus_lib.data.datagen import generate
-from tests.fixtures._proc import free_port
+from tests.fixtures._proc import free_port, wait_for_line
 from tests.train.test_resume import _consumed
 
 pytestmark = pytest.mark.slow
@@ -162,21 +161,6 @@ class Roles:
             proc.wait()
 
 
-def _wait_line(proc: subprocess.Popen, word: str, timeout: float = 120.0) -> None:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline, seen = time.monotonic() + timeout, []
-    while time.monotonic() < deadline:
-        if sel.select(0.2):
-            line = proc.stdout.readline().decode()
-            if not line and proc.poll() is not None:
-                break
-            seen.append(line)
-            if word in line:
-                return
-    raise AssertionError(f"no {word!r}: {''.join(seen)[-3000:]}")
-
-
 def _steps(log: Path) -> int:
     return log.read_text().count("\nstep ") if log.exists() else 0
 
@@ -233,7 +217,7 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
         args = ["-m", "primus_lib.cli.main", "executor", "job.yaml", "--index", str(index), "--replicas", "2"]
         proc = roles.start(f"executor{index}", [*args, "--port", str(ports[index]), "--buffer-rows", "300",
                                                 "--poll-rows", "100"])  # fmt: skip
-        _wait_line(proc, "serving")
+        wait_for_line(proc, "serving", timeout=120.0)
         return proc
 
     def trainer(name: str, idle_exit: int, step_delay: float) -> subprocess.Popen:
@@ -251,7 +235,7 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
         for i, task in enumerate(tasks):
             if kill_a_task and i == 0:  # kill -9 mid-run, then Airflow's retry: a new process, a new dir
                 proc = roles.start(f"w{hour}-task{i}-try1", ["-c", textwrap.dedent(TASK), json.dumps(task)])
-                _wait_line(proc, "running")
+                wait_for_line(proc, "running", timeout=120.0)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
                 assert proc.returncode == -signal.SIGKILL

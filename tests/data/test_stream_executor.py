@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from primus_lib.resources.discovery import LocalDiscovery
 from primus_lib.spec import load_job
 from tests.data.helpers import job_doc
 from tests.data.test_replay import _events
+from tests.fixtures._proc import wait_for_line
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,7 +39,7 @@ def executors():
             [*cmd, "--replicas", str(replicas), *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         started.append(proc)
-        _wait_line(proc, "serving")
+        wait_for_line(proc, "serving")
         return proc
 
     yield start
@@ -52,21 +52,6 @@ def executors():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _wait_line(proc: subprocess.Popen, word: str, timeout: float = 60.0) -> str:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline, seen = time.monotonic() + timeout, []
-    while time.monotonic() < deadline:
-        if sel.select(0.2):
-            line = proc.stdout.readline().decode()
-            if not line and proc.poll() is not None:
-                break
-            seen.append(line)
-            if word in line:
-                return line
-    raise AssertionError(f"executor did not print {word!r}: {''.join(seen)[-3000:]}")
 
 
 def _spec(tmp_path, broker, topic, replicas=2):
