@@ -27,13 +27,13 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 from primus_lib.paths import JobPaths
+from primus_lib.resources.table import write_json
 from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger(__name__)
@@ -80,12 +80,7 @@ class LocalDiscovery(ExecutorDiscovery):
         return self.directory / f"{index}.json"
 
     def register(self, index: int, location: str, info: dict) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        body = {**info, "index": index, "location": location, "pid": os.getpid()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{index}.", dir=self.directory)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(body, handle)
-        os.replace(tmp, self._path(index))
+        write_json(self._path(index), {**info, "index": index, "location": location, "pid": os.getpid()})
 
     def unregister(self, index: int) -> None:
         with contextlib.suppress(FileNotFoundError):
