@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from primus_lib.data.sources.deadletter import DeadLetters, KafkaDeadLetters
 from primus_lib.data.sources.decode import conform
@@ -53,18 +53,19 @@ TRANSIENT = frozenset(
 )
 
 
+def _transient(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in TRANSIENT)
+
+
 def retrying(call: Callable[[], T], timeout: float = 60.0) -> T:
     """``call()``, asked again while the broker answers with a transient error (up to ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
+    for attempt in Retrying(
+        retry=retry_if_exception(_transient), stop=stop_after_delay(timeout), wait=wait_fixed(0.2), reraise=True
+    ):
+        with attempt:
             return call()
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in TRANSIENT)
-            if not transient or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.2)
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 def _checked(answer: list[TopicPartition]) -> list[TopicPartition]:
