@@ -1,0 +1,75 @@
+"""The FastAPI app of the Primus view, mounted at ``/primus`` by the plugin.
+
+Plugin apps are not protected by Airflow: every route that shows a job depends on Airflow's own
+authorization (``requires_access_dag``: the JWT of the ``Authorization: Bearer`` header or the
+UI's ``_token`` cookie, checked by the configured auth manager), so an anonymous request gets
+401 and a user without access to the DAG 403. Only the static JS/CSS (no data) are public.
+
+    GET /primus/api/jobs            the Primus DAGs the caller may read
+    GET /primus/api/jobs/{dag_id}   primus_lib.jobview.job_view of that job, with its runs
+    GET /primus/ui/                 the page listing the jobs (the "Primus jobs" nav entry)
+    GET /primus/ui/{dag_id}         the job's page (the "Primus" tab of a DAG)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from primus_operators.view import airflow_state
+
+HERE = Path(__file__).resolve().parent
+PAGE = (HERE / "page.html").read_text(encoding="utf-8")
+
+app = FastAPI(title="Primus view", description="Primus jobs: windows, metrics, scaling, DTGG")
+app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+ReadDag = Depends(requires_access_dag("GET"))
+ReadRuns = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+@app.get("/api/jobs", dependencies=[ReadDag])
+def list_jobs(user: GetUserDep) -> list[str]:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    return [dag_id for dag_id in airflow_state.primus_dag_ids() if dag_id in allowed]
+
+
+@app.get("/api/jobs/{dag_id}", dependencies=[ReadRuns])
+def job(dag_id: str) -> dict[str, Any]:
+    from primus_lib.jobview import job_view
+    from primus_operators._common import load_spec, pool_name
+
+    found = airflow_state.primus_dag(dag_id)
+    if found is None:
+        raise HTTPException(404, f"{dag_id}: no Primus job of that name (a DAG tagged 'primus' with a train task)")
+    try:
+        spec = load_spec(found.spec_path)
+        runs = airflow_state.window_runs(dag_id)
+        return job_view(spec, runs, found.doc_md, airflow_state.pool_slots(pool_name(spec.name)))
+    except (OSError, ValueError) as exc:  # a spec or state file that cannot be read: say which
+        raise HTTPException(422, f"{dag_id}: {exc}") from exc
+
+
+@app.get("/ui/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
+def jobs_page() -> HTMLResponse:
+    return HTMLResponse(_page(""))
+
+
+@app.get("/ui/{dag_id}", response_class=HTMLResponse, dependencies=[ReadRuns])
+def job_page(dag_id: str) -> HTMLResponse:
+    return HTMLResponse(_page(dag_id))
+
+
+def _page(dag_id: str) -> str:
+    """The page shell: the job is named in an attribute (escaped), its data comes from the API."""
+    import html
+
+    return PAGE.replace("{{DAG_ID}}", html.escape(dag_id, quote=True))
