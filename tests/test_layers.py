@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "spec": {"timegrid"},
     "paths": {"spec", "storage"},
     "progress": {"durable", "storage"},
-    "allocation": {"durable", "paths", "spec"},
+    "allocation": {"durable", "paths", "spec", "storage"},
     "metrics": {"paths", "spec", "storage"},
     # the data plane runs its tasks under the executors' limits and its stream executors announce
     # themselves through the backend's discovery; nothing else of resources
@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
     "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "timegrid"},
+    "jobview": {"allocation", "data", "metrics", "paths", "progress", "scaling", "spec", "storage", "timegrid"},
 }
 
 

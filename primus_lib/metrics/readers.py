@@ -1,12 +1,13 @@
 """Where the Dynamic Scaling Manager reads its inputs: a real Prometheus server (production,
 and the integration test), the snapshot files executors and trainers write into the job's
 metrics dir (the embedded default, ``TextfileReader``) or the in-process prometheus-client
-registry."""
+registry. Snapshot files may be local or on the job's shared storage (s3://, webhdfs://)."""
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import requests
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from primus_lib.metrics import names as n
+from primus_lib.storage import StorageLocation, locate
 
 
 @dataclass(frozen=True)
@@ -95,27 +97,53 @@ class RegistryReader(MetricsReader):
 
 
 class TextfileReader(RegistryReader):
-    """Reads the metric snapshots processes write with ``write_snapshot`` (Prometheus text format,
-    one file per worker under JobPaths(...).metrics_dir): the embedded default, where executors and
-    trainers are separate processes and no Prometheus server runs. Files older than ``stale_seconds``
-    (a dead worker's last words) are ignored."""
+    """Reads the metric snapshots processes write with ``write_snapshot`` / ``SnapshotWriter``
+    (Prometheus text format, one file per worker under JobPaths(...).metrics_dir): the embedded
+    default, where executors and trainers are separate processes and no Prometheus server runs.
+    The directory may be local or on the job's shared storage (s3://, webhdfs://: executors and
+    trainers on other hosts PUT their snapshots there). Files older than ``stale_seconds`` (a dead
+    worker's last words) are ignored."""
 
-    def __init__(self, job: str, directory, role: str = "data_executor", stale_seconds: float = 300.0) -> None:
+    def __init__(self, job: str, directory: str | Path | StorageLocation, role: str = "data_executor",
+                 stale_seconds: float = 300.0) -> None:  # fmt: skip
         super().__init__(job, role)
-        self.directory, self.stale_seconds = Path(directory), stale_seconds
+        self.directory, self.stale_seconds = locate(directory), stale_seconds
 
     def _families(self):
         from prometheus_client.parser import text_string_to_metric_families
 
-        now = time.time()
-        for path in sorted(self.directory.glob("*.prom")):
-            try:
-                if now - path.stat().st_mtime > self.stale_seconds:
-                    continue
-                text = path.read_text()
-            except FileNotFoundError:  # replaced between listing and reading
-                continue
+        for text in _fresh_snapshots(self.directory, time.time() - self.stale_seconds):
             yield from text_string_to_metric_families(text)
+
+
+def has_snapshots(directory: str | Path | StorageLocation) -> bool:
+    """Whether ``directory`` (local or shared storage) holds any ``*.prom`` snapshot."""
+    where = locate(directory)
+    if isinstance(where, StorageLocation):
+        return any(e.name.endswith(".prom") and not e.is_dir for e in where.list())
+    return where.is_dir() and any(where.glob("*.prom"))
+
+
+def _fresh_snapshots(where: Path | StorageLocation, since: float) -> Iterator[str]:
+    """The text of each snapshot modified after ``since``, in name order; one replaced or removed
+    between the listing and the read is skipped."""
+    if isinstance(where, StorageLocation):
+        for entry in where.list():
+            if entry.is_dir or not entry.name.endswith(".prom") or (entry.mtime is not None and entry.mtime < since):
+                continue
+            try:
+                yield (where / entry.name).read_text()
+            except FileNotFoundError:
+                continue
+        return
+    for path in sorted(where.glob("*.prom")):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            text = path.read_text()
+        except FileNotFoundError:  # replaced between listing and reading
+            continue
+        yield text
 
 
 class PrometheusReader(MetricsReader):

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from primus_lib.allocation import scaling_dir
-from primus_lib.metrics.readers import MetricsReader, PrometheusReader, RegistryReader, TextfileReader
+from primus_lib.allocation import allocations_dir, record_allocation, scaling_dir
+from primus_lib.metrics.readers import (
+    MetricsReader,
+    PrometheusReader,
+    RegistryReader,
+    TextfileReader,
+    has_snapshots,
+)
 from primus_lib.paths import JobPaths
 from primus_lib.scaling.base import Decision
 from primus_lib.scaling.manager import Actuator, BackendActuator, ScalingManager
@@ -32,7 +38,7 @@ def reader_for(job: PrimusJob, role: str, prometheus_url: str | None,
     if prometheus_url:
         return PrometheusReader(prometheus_url, job.name, role)
     metrics_dir = JobPaths.for_job(job).metrics_dir
-    if metrics_dir.is_dir() and any(metrics_dir.glob("*.prom")):
+    if has_snapshots(metrics_dir):
         return TextfileReader(job.name, metrics_dir, role)
     return RegistryReader(job.name, role, registry)
 
@@ -64,4 +70,4 @@ def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actu
 def _share_resources(job: PrimusJob, decision: Decision) -> None:
     """Mirror the role's resources to scaling/resources.json, where role_resources() reads them."""
     if decision.action == "resize":
-        ScalingStore(scaling_dir(job)).set_resources(decision.role, decision.cpu, decision.memory)
+        record_allocation(allocations_dir(job), decision.role, decision.cpu, decision.memory)

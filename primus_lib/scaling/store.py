@@ -58,7 +58,11 @@ def executor_config(job: PrimusJob, role: str = "data_executor") -> dict[str, An
     container gets the role's current requests/limits."""
     from kubernetes.client import models as k8s
 
-    cpu, memory = role_resources(job, role)
+    try:
+        cpu, memory = role_resources(job, role)
+    except (OSError, ValueError):  # shared state unreadable where the DAG is parsed: the spec's size (the
+        spec = job.spec.resources.roles[role]  # pod_mutation_hook, primus_operators.policies, applies decisions)
+        cpu, memory = spec.cpu, spec.memory
     resources = k8s.V1ResourceRequirements(
         requests={"cpu": format_cpu(cpu), "memory": format_memory(memory)},
         limits={"cpu": format_cpu(cpu), "memory": format_memory(memory)},

@@ -97,6 +97,11 @@ class StorageSpec(SpecModel):
         "AWS_* variables) or webhdfs://NAMENODE:HTTP_PORT/PATH; default $PRIMUS_HOME/jobs, or "
         ".primus/jobs. With a remote root the rest of the job's state stays under $PRIMUS_HOME/jobs.",
     )
+    connection_id: str | None = Field(
+        None,
+        description="Airflow connection (aws/s3 or webhdfs) for a remote root's endpoint and credentials; "
+        "the Airflow tasks turn it into the AWS_* / PRIMUS_WEBHDFS_URL variables. Default: the environment.",
+    )
     database: DatabaseUrl = Field(
         None,
         description="SQLAlchemy URL of a PostgreSQL database for the task ledger and the training "

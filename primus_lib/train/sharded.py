@@ -34,7 +34,8 @@ module is the path for tables that outgrow a host. ``ShardedStepper`` has the da
   directory, then rank 0 renames it after a barrier: a reader sees all of it or none.
   ``load_sharded`` reads it back into a freshly built sharded model. ``checkpoint_state`` /
   ``load_state_dict`` put that under the trainer's checkpoints directory and hand
-  ``save_checkpoint`` a small reference instead of the weights.
+  ``save_checkpoint`` a small reference instead of the weights. On S3/WebHDFS the trainer's
+  checkpoints directory holds them too (local staging, upload, ``meta.json`` last).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import torch.distributed as dist
 from torch import nn
 
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation, locate
 from primus_lib.train import modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
@@ -184,11 +186,11 @@ class ShardedStepper:
         seed: int | None = None,
         device: torch.device | None = None,
         types: tuple[str, ...] | None = None,
-        checkpoint_root: Path | None = None,
+        checkpoint_root: Path | StorageLocation | None = None,
     ):
         spec = job.spec
         self.job = job
-        self.checkpoint_root = Path(checkpoint_root) if checkpoint_root is not None else None
+        self.checkpoint_root = locate(checkpoint_root) if checkpoint_root is not None else None
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
@@ -327,7 +329,8 @@ class ShardedStepper:
             prune_models(root)
         nonce = self.group.broadcast(uuid.uuid4().hex[:8])
         name = f"{MODELS}/model-{step:010d}-{nonce}"
-        (root / MODELS).mkdir(parents=True, exist_ok=True)
+        if isinstance(root, Path):  # S3/WebHDFS have no directories to make
+            (root / MODELS).mkdir(parents=True, exist_ok=True)
         self.save_sharded(root / name, extra={"step": step})
         return {"sharded_model": name}
 
@@ -341,21 +344,21 @@ class ShardedStepper:
             )
         self.load_sharded(self._root() / state["sharded_model"])
 
-    def _root(self) -> Path:
+    def _root(self) -> Path | StorageLocation:
         if self.checkpoint_root is None:
             raise RuntimeError(
                 "ShardedStepper(checkpoint_root=...) is needed to checkpoint (the trainer's checkpoints dir)"
             )
         return self.checkpoint_root
 
-    def save_sharded(self, directory: Path, extra: dict | None = None) -> Path:
+    def save_sharded(self, directory: Path | StorageLocation, extra: dict | None = None) -> Path | StorageLocation:
         """Write a DCP checkpoint to ``directory`` atomically (collective; ``sharded_checkpoint.py``)."""
         from primus_lib.train.sharded_checkpoint import save_dcp
 
         plan = {t: [[s, r] for s, r in v] for t, v in table_placement(self.dmp).items()}
         return save_dcp(self, directory, extra, plan)
 
-    def load_sharded(self, directory: Path) -> dict:
+    def load_sharded(self, directory: Path | StorageLocation) -> dict:
         """Load a ``save_sharded`` directory into this (freshly built) sharded model (collective)."""
         from primus_lib.train.sharded_checkpoint import load_dcp
 

@@ -13,13 +13,17 @@ if TYPE_CHECKING:
 
 
 def job_connection_env(job: PrimusJob) -> dict[str, str]:
-    """Env for every ``connection_id`` the spec names (storage per source, Kafka per stream source)."""
+    """Env for every ``connection_id`` the spec names (the job's shared state: ``storage``; storage
+    per source, Kafka per stream source). Values are secrets: callers put them in a process's
+    environment only, never in a spec, an XCom, a log line or a command line."""
     from primus_lib.data.sources.kafka import connection_env_key
     from primus_operators.hooks.kafka import PrimusKafkaHook
     from primus_operators.hooks.storage import PrimusStorageHook
 
     env: dict[str, str] = {}
     owners: dict[str, str] = {}
+    if job.spec.storage.connection_id:
+        _merge(env, owners, PrimusStorageHook(job.spec.storage.connection_id).env(), "spec.storage.connection_id")
     for stream in job.spec.dataset.streams:
         for source in stream.sources:
             where = f"spec.dataset.streams[{stream.name}].sources[{source.name}]"
@@ -45,7 +49,13 @@ def _merge(env: dict[str, str], owners: dict[str, str], new: dict[str, str], whe
 @contextlib.contextmanager
 def connection_env(job: PrimusJob) -> Iterator[dict[str, str]]:
     """Set the job's connection env in this (task) process for the duration of the block."""
-    env = job_connection_env(job)
+    with applied_env(job_connection_env(job)) as env:
+        yield env
+
+
+@contextlib.contextmanager
+def applied_env(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Set ``env`` in this process for the duration of the block, then restore what was there."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -52,6 +52,7 @@ class PrimusScalerSensor(BaseSensorOperator):
         from primus_lib.scaling.step import scaling_step
         from primus_lib.timegrid import as_utc
         from primus_operators._common import load_spec
+        from primus_operators.hooks.env import connection_env
 
         job = load_spec(self.spec_path)
         backend = None
@@ -59,8 +60,9 @@ class PrimusScalerSensor(BaseSensorOperator):
             from primus_lib.resources import backend_for
 
             backend = backend_for(job, self.spec_path)
-        decisions = scaling_step(job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job),
-                                 backend=backend)  # fmt: skip
+        with connection_env(job):  # snapshots and resources.json may be on the job's shared storage
+            decisions = scaling_step(job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job),
+                                     backend=backend)  # fmt: skip
         for decision in decisions:
             self.log.info("scaling decision: %s", decision.to_dict())
         end = context.get("data_interval_end")

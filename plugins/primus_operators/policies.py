@@ -1,0 +1,99 @@
+"""Cluster policy: size a Primus data task's worker pod when the KubernetesExecutor creates it.
+
+The DAG's ``executor_config`` (a ``pod_override`` with the role's requests/limits) is computed
+when the DAG file is parsed, so it lags a vertical decision of the scaler until the next parse.
+``pod_mutation_hook`` runs where Airflow decides the pod (``PodGenerator.construct_pod``, called
+by the KubernetesExecutor in the scheduler): for a pod marked by ``mark_pod_override`` it reads
+the role's current allotment (``resources.json`` with the job's shared state, s3:// or
+webhdfs:// included, via ``primus_lib.allocation``) and sets the base container's requests and
+limits. Installed by ``config/airflow/airflow_local_settings.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubernetes.client import models as k8s
+
+    from primus_lib.spec import PrimusJob
+
+ROLE_ANNOTATION = "primus.dev/role"
+ALLOCATIONS_ANNOTATION = "primus.dev/allocations"  # the directory of the job's resources.json
+CONNECTION_ANNOTATION = "primus.dev/storage-connection"  # spec.storage.connection_id, when set
+BASE_CONTAINER = "base"  # the KubernetesExecutor's task container
+
+log = logging.getLogger(__name__)
+
+
+def mark_pod_override(config: dict[str, Any], job: PrimusJob, role: str = "data_executor") -> dict[str, Any]:
+    """Annotate the ``pod_override`` of ``config`` so the policy knows whose allotment to apply.
+
+    The annotations hold the allocations directory (a local path or an s3:// / webhdfs:// URI)
+    and the name of the storage connection, never credentials, so the scheduler needs neither
+    the spec file nor its ``${VAR}`` values.
+    """
+    from kubernetes.client import models as k8s
+
+    from primus_lib.allocation import allocations_dir
+
+    pod = config.get("pod_override")
+    if pod is None:
+        return config
+    pod.metadata = pod.metadata or k8s.V1ObjectMeta()
+    pod.metadata.annotations = {
+        **(pod.metadata.annotations or {}),
+        ROLE_ANNOTATION: role,
+        ALLOCATIONS_ANNOTATION: str(allocations_dir(job)),
+    }
+    if job.spec.storage.connection_id:
+        pod.metadata.annotations[CONNECTION_ANNOTATION] = job.spec.storage.connection_id
+    return config
+
+
+def pod_mutation_hook(pod: k8s.V1Pod) -> None:
+    """Set a marked pod's base container to the role's current CPU/memory; others pass unchanged.
+
+    The store is read with the storage connection's settings (``spec.storage.connection_id``),
+    else the scheduler's environment (``AWS_*``). A store that cannot be read (or a broken
+    resources.json, a missing connection) keeps the parse-time sizing and logs one warning: a
+    stale size is better than a task that cannot start.
+    """
+    annotations = (pod.metadata.annotations or {}) if pod.metadata else {}
+    role, where = annotations.get(ROLE_ANNOTATION), annotations.get(ALLOCATIONS_ANNOTATION)
+    if not role or not where:
+        return
+    from primus_lib.allocation import read_allocations
+    from primus_lib.storage import locate
+    from primus_operators.hooks.env import applied_env
+    from primus_operators.hooks.storage import PrimusStorageHook
+
+    connection = annotations.get(CONNECTION_ANNOTATION)
+    try:
+        with applied_env(PrimusStorageHook(connection).env() if connection else {}):
+            decided = read_allocations(locate(where)).get(role)
+    except Exception as exc:  # never stop the pod: its parse-time size stands
+        log.warning("primus: pod %s keeps its parse-time resources (%s: %s)", pod.metadata.name,
+                    type(exc).__name__, exc)  # fmt: skip
+        return
+    if decided:
+        set_resources(pod, float(decided["cpu"]), float(decided["memory"]))
+
+
+def set_resources(pod: k8s.V1Pod, cpu: float, memory: float) -> None:
+    """requests = limits = (cpu, memory) on the base container; other resources (GPUs) are kept."""
+    from kubernetes.client import models as k8s
+
+    from primus_lib.spec.units import format_cpu, format_memory
+
+    sized = {"cpu": format_cpu(cpu), "memory": format_memory(memory)}
+    for container in pod.spec.containers if pod.spec else []:
+        if container.name != BASE_CONTAINER:
+            continue
+        current = container.resources or k8s.V1ResourceRequirements()
+        container.resources = k8s.V1ResourceRequirements(
+            requests={**(current.requests or {}), **sized},
+            limits={**(current.limits or {}), **sized},
+            claims=current.claims,
+        )
