@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from primus_lib.allocation import role_resources, scaling_dir
+from primus_lib.allocation import allocations_dir, role_resources
 from primus_lib.metrics import names as n
 from primus_lib.paths import JobPaths, parse_window_id, window_id
 from primus_lib.progress import read_progress
@@ -220,7 +220,7 @@ def executors(job: PrimusJob, pool_slots: int | None = None) -> dict[str, dict[s
         spec = job.spec.resources.roles.get(role)
         if spec is None:
             continue
-        store = ScalingStore(scaling_dir(job) / role)
+        store = ScalingStore(allocations_dir(job) / role)
         decisions = store.decisions()
         state = store.load()
         replicas = int(state.get("allocation", {}).get("replicas", spec.replicas))

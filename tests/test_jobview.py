@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from primus_lib.allocation import scaling_dir
+from primus_lib.allocation import allocations_dir
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.task import DataTask
 from primus_lib.data.training_queue import TrainingQueue
@@ -106,7 +106,7 @@ def test_the_trainer_input_wait_comes_from_its_metric_snapshots(job):
 
 
 def test_scaling_decisions_give_the_executor_count_over_time_with_their_inputs(job):
-    store = ScalingStore(scaling_dir(job) / "data_executor")
+    store = ScalingStore(allocations_dir(job) / "data_executor")
     inputs = {"buffer": 0.05, "executors": 2, "trainer_starved": 0.6, "load": 1.4}
     store.record({"policy": "horizontal", "action": "scale_up", "role": "data_executor", "replicas": 3,
                   "cpu": None, "memory": None, "reason": "trainer starved", "inputs": inputs, "at": 200.0})  # fmt: skip

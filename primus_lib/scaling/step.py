@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from primus_lib.allocation import allocations_dir, record_allocation, scaling_dir
+from primus_lib.allocation import allocations_dir, record_allocation
 from primus_lib.metrics.readers import (
     MetricsReader,
     PrometheusReader,
@@ -50,7 +50,7 @@ def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actu
     decisions: list[Decision] = []
     if BATCH_ROLE in roles:
         actuator = pool_actuator or _StoreOnly()
-        store = ScalingStore(scaling_dir(job) / BATCH_ROLE)
+        store = ScalingStore(allocations_dir(job) / BATCH_ROLE)
         manager = ScalingManager(job, reader_for(job, BATCH_ROLE, prometheus_url, registry), actuator,
                                  role=BATCH_ROLE, store=store, registry=registry)  # fmt: skip
         decision = manager.tick()
@@ -58,7 +58,7 @@ def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actu
             _share_resources(job, decision)
             decisions.append(decision)
     if STREAM_ROLE in roles and backend is not None:
-        store = ScalingStore(scaling_dir(job) / STREAM_ROLE)
+        store = ScalingStore(allocations_dir(job) / STREAM_ROLE)
         manager = ScalingManager(job, reader_for(job, STREAM_ROLE, prometheus_url, registry), BackendActuator(backend),
                                  role=STREAM_ROLE, store=store, registry=registry)  # fmt: skip
         decision = manager.tick()

@@ -1,6 +1,7 @@
-"""The scaling state of a job in its directory, read by whoever applies decisions.
+"""The scaling state of a job with its shared state, read by whoever applies decisions.
 
-Under ``JobPaths(...).root / "scaling"``:
+Under ``allocations_dir(job) / ROLE`` (the job's ``storage.root``: a local directory, s3:// or
+webhdfs://, so scaler runs on different workers share cooldowns and history):
     state.json        cooldown clocks, current allocation, OOM counter, usage history
     decisions.jsonl   every decision with its inputs (append-only)
     resources.json    the latest per-role CPU/memory decided by the vertical policy
@@ -17,35 +18,60 @@ from primus_lib.allocation import record_allocation, role_resources
 from primus_lib.resources.table import read_json, write_json
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.units import format_cpu, format_memory
+from primus_lib.storage import StorageLocation
+
+STATE_FILE, DECISIONS_FILE = "state.json", "decisions.jsonl"
 
 
 class ScalingStore:
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | StorageLocation | None) -> None:
         self.dir = directory
         self._memory_state: dict[str, Any] = {}
 
     def load(self) -> dict[str, Any]:
         if self.dir is None:
             return self._memory_state
-        return read_json(self.dir / "state.json", {})
+        if isinstance(self.dir, StorageLocation):
+            text = self._read_remote(STATE_FILE)
+            return json.loads(text) if text else {}
+        return read_json(self.dir / STATE_FILE, {})
 
     def save(self, state: dict[str, Any]) -> None:
         if self.dir is None:
             self._memory_state = state
             return
-        write_json(self.dir / "state.json", state)
+        if isinstance(self.dir, StorageLocation):
+            (self.dir / STATE_FILE).put_atomic(json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
+            return
+        write_json(self.dir / STATE_FILE, state)
 
     def record(self, decision: dict[str, Any]) -> None:
         if self.dir is None:
             return
+        line = json.dumps(decision, sort_keys=True) + "\n"
+        if isinstance(self.dir, StorageLocation):  # no append on an object store: the scaler is the one writer
+            (self.dir / DECISIONS_FILE).put_atomic((self._read_remote(DECISIONS_FILE) + line).encode("utf-8"))
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "decisions.jsonl", "a") as handle:
-            handle.write(json.dumps(decision, sort_keys=True) + "\n")
+        with open(self.dir / DECISIONS_FILE, "a") as handle:
+            handle.write(line)
 
     def decisions(self) -> list[dict[str, Any]]:
-        if self.dir is None or not (self.dir / "decisions.jsonl").exists():
+        if self.dir is None:
             return []
-        return [json.loads(line) for line in (self.dir / "decisions.jsonl").read_text().splitlines() if line]
+        if isinstance(self.dir, StorageLocation):
+            text = self._read_remote(DECISIONS_FILE)
+        elif (self.dir / DECISIONS_FILE).exists():
+            text = (self.dir / DECISIONS_FILE).read_text()
+        else:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line]
+
+    def _read_remote(self, name: str) -> str:
+        try:
+            return (self.dir / name).read_text()
+        except FileNotFoundError:
+            return ""
 
     def set_resources(self, role: str, cpu: float, memory: float) -> None:
         if self.dir is None:

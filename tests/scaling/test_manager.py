@@ -108,3 +108,28 @@ def test_every_decision_is_logged_with_inputs(tmp_path, caplog):
         m.tick()
     record = json.loads(caplog.records[-1].getMessage().split(": ", 1)[1])
     assert record["policy"] == "horizontal" and record["inputs"]["buffer"] == 0.0
+
+
+def test_state_and_decisions_on_s3_are_shared_by_scaler_runs_on_other_hosts(s3_env):
+    """The scaler sensor runs on whichever worker Airflow picks: its cooldown clock, allocation and
+    decision log live with the job's shared state (SeaweedFS here), not on one worker's disk."""
+    import uuid
+
+    from primus_lib.storage import StorageLocation, locate
+
+    bucket = f"primus-{uuid.uuid4().hex[:8]}"
+    s3_env.filesystem().create_dir(bucket)
+    where = locate(f"s3://{bucket}/jobs/ctr-demo/scaling/data_executor")
+    assert isinstance(where, StorageLocation)
+    now = [0.0]
+    starving = snapshot(buffer=0.0, cpu=0.95, memory=0.5, starved=0.3, executors=10, cores=3.8, mem_bytes=5 * GIB)
+    first, _ = manager([starving], lambda: now[0], where)
+    assert first.tick().replicas == 13
+    now[0] = 30.0  # another worker, a fresh store object: the cooldown read from S3 still holds
+    second, _ = manager([starving], lambda: now[0], locate(str(where)))
+    assert second.tick() is None
+    now[0] = 61.0
+    assert second.tick() is not None
+    records = ScalingStore(locate(str(where))).decisions()
+    assert [r["policy"] for r in records] == ["horizontal", "vertical"]
+    assert {"state.json", "decisions.jsonl"} <= {e.name for e in where.list()}
