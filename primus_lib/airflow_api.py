@@ -13,6 +13,7 @@ call; with neither password nor token it sends none (an API server that requires
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -102,12 +103,16 @@ class AirflowApi:
         return self.request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params=params)["dag_runs"]
 
     def wait_backfill(
-        self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0
-    ) -> list[dict]:
-        """Wait until the backfill completed and its runs finished; return its runs (oldest first)."""
+        self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0,
+        on_poll: Callable[[list[dict]], None] | None = None,
+    ) -> list[dict]:  # fmt: skip
+        """Wait until the backfill completed and its runs finished; return its runs (oldest first).
+        ``on_poll(runs)`` sees the backfill runs after every poll (``primus backfill --wait``'s lines)."""
         deadline = time.monotonic() + timeout
         while True:
             runs = [r for r in self.dag_runs(dag_id) if r.get("run_type") == "backfill"]
+            if on_poll is not None:
+                on_poll(runs)
             done = [r for r in runs if r["state"] in ("success", "failed")]
             info = self.request("GET", f"/api/v2/backfills/{backfill_id}")
             if info.get("completed_at") and len(done) >= expected:

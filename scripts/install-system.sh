@@ -4,7 +4,9 @@
 set -euo pipefail
 trap 'echo "install-system: FAILED (exit $?) while installing: ${missing[*]:-checking}" >&2' ERR
 # postgresql-15: Airflow's metadata DB in the integration tests (preinstalled on the project's image).
-want=(libkrb5-dev prometheus prometheus-pushgateway golang-go etcd-server etcd-client dpkg-dev postgresql-15)
+# chromium: the headless browser of tests/airflow/test_browser.py (driven by playwright, no browser download).
+# docker-compose: Compose's validator for docker-compose.yaml (tests/test_compose.py; no Docker engine needed).
+want=(libkrb5-dev prometheus prometheus-pushgateway golang-go etcd-server etcd-client dpkg-dev postgresql-15 chromium docker-compose)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

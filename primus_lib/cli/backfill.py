@@ -5,6 +5,7 @@ Wraps Airflow 3's backfill (``POST /api/v2/backfills`` when ``--api`` is given, 
 runs of the job's DAG (dag id = job name), run oldest first; the Sink's ``depends_on_past``
 keeps their commits in order. Re-running a finished window is idempotent (the data plane's
 commits are), so ``--reprocess completed`` is safe. ``--dry-run`` lists the windows only.
+``--wait`` prints one line per window as its run finishes (stderr) and a summary (stdout).
 This module does not import Airflow (``primus_lib`` never does): it talks HTTP
 (``primus_lib.airflow_api``) or runs the CLI.
 """
@@ -17,8 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 
-from primus_lib.airflow_api import AirflowApi
+from primus_lib.airflow_api import AirflowApi, AirflowApiError
+from primus_lib.cli.console import Progress, seconds
 from primus_lib.timegrid import iso, parse_utc
 
 
@@ -43,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--keep-paused", action="store_true", help="do not unpause the DAG (backfill runs wait then)")
     parser.add_argument("--wait", action="store_true", help="(API) wait until every run finished; exit 1 if one failed")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    parser.add_argument("--quiet", "-q", action="store_true", help="with --wait: no per-window progress on stderr")
     parser.set_defaults(handler=run)
 
 
@@ -103,11 +107,61 @@ def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: in
         api.set_paused(body["dag_id"], False)
     api.ensure_pool(f"primus-{body['dag_id']}", pool_slots)
     backfill = api.create_backfill(body)
-    print(f"backfill {backfill['id']} created for {body['dag_id']}")
+    print(f"backfill {backfill['id']} created for {body['dag_id']}", flush=True)
     if not args.wait:
         return 0
-    runs = api.wait_backfill(backfill["id"], body["dag_id"], expected, args.timeout)
-    failed = [r for r in runs if r["state"] != "success"]
-    for r in runs:
-        print(f"  {r['logical_date']}  {r['state']}")
-    return 1 if failed else 0
+    with Progress("backfill", expected, "window", quiet=args.quiet) as progress:
+        lines = WindowLines(progress, parse_utc(body["from_date"]), parse_utc(body["to_date"]))
+        try:
+            api.wait_backfill(backfill["id"], body["dag_id"], expected, args.timeout, on_poll=lines)
+        except AirflowApiError as exc:  # timed out, or the API went away: say what finished so far
+            progress.close()
+            print(lines.summary(backfill["id"], body["dag_id"]), flush=True)
+            print(f"primus backfill: {exc}", file=sys.stderr)
+            return 1
+    print(lines.summary(backfill["id"], body["dag_id"]))
+    return 1 if lines.failed() else 0
+
+
+class WindowLines:
+    """``--wait``'s progress, fed with the backfill's runs after every poll: one line per window of
+    ``[first, last]`` when its run reaches a final state (window, state, duration), then a summary."""
+
+    def __init__(self, progress: Progress, first: datetime, last: datetime) -> None:
+        self.progress, self.first, self.last = progress, first, last
+        self.finished: dict[datetime, dict] = {}  # window start -> its finished run
+
+    def __call__(self, runs: list[dict]) -> None:
+        for run in sorted(runs, key=lambda r: r.get("logical_date") or ""):
+            when = parse_utc(run["logical_date"], "logical_date") if run.get("logical_date") else None
+            if when is None or not self.first <= when <= self.last or run.get("state") not in FINAL:
+                continue
+            seen = when in self.finished
+            self.finished[when] = run  # a later final state (a window run again) counts in the summary
+            if seen:
+                continue
+            self.progress.advance(f"window {iso(when)} {run['state']} {seconds(run_seconds(run))}", keep=True)
+
+    def failed(self) -> list[datetime]:
+        return [when for when, run in sorted(self.finished.items()) if run["state"] != "success"]
+
+    def summary(self, backfill_id: object, dag_id: str) -> str:
+        ok = sum(run["state"] == "success" for run in self.finished.values())
+        total = self.progress.total
+        line = (f"backfill {backfill_id} of {dag_id}: {len(self.finished)}/{total} windows finished, "
+                f"{ok} success, {len(self.failed())} failed, in {seconds(self.progress.elapsed())}")  # fmt: skip
+        if self.failed():
+            line += "; failed: " + ", ".join(iso(when) for when in self.failed())
+        return line
+
+
+FINAL = ("success", "failed")
+
+
+def run_seconds(run: dict) -> float | None:
+    """A DAG run's duration: its ``duration`` field, else end minus start (None if not known)."""
+    if run.get("duration") is not None:
+        return float(run["duration"])
+    if run.get("start_date") and run.get("end_date"):
+        return (parse_utc(run["end_date"]) - parse_utc(run["start_date"])).total_seconds()
+    return None

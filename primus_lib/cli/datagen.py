@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import UTC, datetime
 
-from primus_lib.timegrid import parse_utc
+from primus_lib.timegrid import iso, parse_utc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,11 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--world", help="world overrides key=value,... (see docs/datagen.md), e.g. pop_drift=0.5")
     parser.add_argument("--kafka", metavar="BOOTSTRAP", help="also produce the stream to this Kafka cluster")
     parser.add_argument("--topic", help="Kafka topic (default: the spec's stream topic)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_lib.data.datagen import default_range, generate, world_config
+    from primus_lib.cli.console import Progress
+    from primus_lib.data.datagen import default_range, generate, iter_hours, world_config
     from primus_lib.spec import load_job
 
     out = args.out or os.environ.get("PRIMUS_DATA")
@@ -48,8 +51,15 @@ def run(args: argparse.Namespace) -> int:
             print("primus datagen: --kafka needs --topic (the spec has no Kafka stream source)", file=sys.stderr)
             return 2
         kafka = (args.kafka, topic)
+    progress = Progress("datagen", sum(1 for _ in iter_hours(start, end)), "hour", quiet=args.quiet)
+
+    def on_hour(hour: int, rows: int) -> None:
+        progress.advance(f"{iso(datetime.fromtimestamp(hour * 3600, tz=UTC))} {rows} rows")
+
     try:
-        result = generate(out, start, end, rows_per_hour=args.rows_per_hour, seed=args.seed, config=config, kafka=kafka)
+        with progress:
+            result = generate(out, start, end, rows_per_hour=args.rows_per_hour, seed=args.seed, config=config,
+                              kafka=kafka, on_hour=on_hour)  # fmt: skip
     except ValueError as exc:
         print(f"primus {exc}", file=sys.stderr)
         return 2

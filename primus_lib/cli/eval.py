@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import datetime
+
+from primus_lib.cli.console import Progress
+from primus_lib.timegrid import iso
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows-per-hour", type=int, default=3000, help="with --data-seeds: impressions per hour")
     parser.add_argument("--world", help="with --data-seeds: datagen world overrides key=value,...")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr (results still on stdout)")
     parser.set_defaults(handler=run)
 
 
@@ -49,12 +54,41 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a bad argument
         return _fail(exc)
     try:
-        report = run_backtest(job, options)
+        with EvalProgress(len(options.runs) * len(options.seeds), quiet=args.quiet) as observer:
+            report = run_backtest(job, options, observer)
     except EvalInputError as exc:  # input eval cannot use: one line naming the file or field
         return _fail(exc)
     print(report.table())
     print(f"wrote {options.out}/report.json and {options.out}/auc.png")
     return 0
+
+
+class EvalProgress(Progress):
+    """One step per (mode, seed, hour): the bar, or one line per scored window; each run's
+    summary goes to stdout."""
+
+    def __init__(self, runs: int, *, quiet: bool = False, **kwargs) -> None:
+        super().__init__("eval", None, "window", quiet=quiet, **kwargs)
+        self.runs = runs
+
+    def phase(self, line: str) -> None:
+        self.status(line)
+
+    def planned(self, hours: int) -> None:
+        if self.total is None:
+            self.set_total(self.runs * hours)
+
+    def hour(self, run: str, seed: int, hour: datetime, score: dict | None) -> None:
+        if self._bar is not None and self.done == 0:
+            self._bar.set_description_str(self.label)  # the data is loaded
+        if score is None:  # a warm-up hour (before --eval-from): counted, no line
+            self.skip()
+            return
+        self.advance(f"{run} seed {seed} window {iso(hour)} auc {score['auc']:.4f} "
+                     f"logloss {score['logloss']:.4f} ({score['samples']} samples)")  # fmt: skip
+
+    def finished(self, line: str) -> None:
+        self.note(line, file=sys.stdout)
 
 
 def _fail(exc: Exception) -> int:

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -266,8 +266,10 @@ def generate(
     seed: int = 0,
     config: WorldConfig | None = None,
     kafka: tuple[str, str] | None = None,
+    on_hour: Callable[[int, int], None] | None = None,
 ) -> DatagenResult:
-    """Write the hourly partitions and the stream file for [start, end) under ``out``."""
+    """Write the hourly partitions and the stream file for [start, end) under ``out``;
+    ``on_hour(hour, rows)`` after each hour is written (``primus datagen``'s progress)."""
     if end <= start:
         raise ValueError(f"datagen: --end {end.isoformat()} must be after --start {start.isoformat()}")
     if rows_per_hour <= 0:
@@ -297,6 +299,8 @@ def generate(
                 result.impressions += len(rows["ts"])
                 result.clicks += int(hit.sum())
                 result.realtime_clicks += int(rows["clicked_realtime"].sum())
+                if on_hour is not None:
+                    on_hour(hour, len(rows["ts"]))
         os.replace(stream_tmp, result.stream_path)
     finally:
         if stream_tmp.exists():

@@ -13,12 +13,15 @@ is trained. What each mode reads is ``modes.py``'s.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -134,9 +137,11 @@ class RunResult:
 
 
 def run_one(
-    job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None
-) -> RunResult:
-    """One mode, one seed: the trainer loop over the timeline's hours."""
+    job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None,
+    on_hour: Callable[[datetime, dict | None], None] | None = None,
+) -> RunResult:  # fmt: skip
+    """One mode, one seed: the trainer loop over the timeline's hours; ``on_hour(hour, score or None)``
+    after each hour."""
     began = time.perf_counter()
     job = _configured(job, config)
     stepper = Stepper(
@@ -156,6 +161,7 @@ def run_one(
     with tempfile.TemporaryDirectory(prefix="primus-eval-run-") as tmp:
         queue = TrainingQueue(Path(tmp) / "ledger.sqlite")
         world = HourlyWorld(job, timeline, stepper, queue, windows)
+        world.on_hour = on_hour
         options = TrainerOptions(
             mode=config.mode,
             poll_interval=0.0,
@@ -191,7 +197,16 @@ def _configured(job: PrimusJob, config: RunConfig) -> PrimusJob:
     return job.model_copy(update={"spec": spec.model_copy(update=update)}) if update else job
 
 
-def run_backtest(job: PrimusJob, options: BacktestOptions) -> Report:
+class Observer(Protocol):
+    """What ``primus eval`` shows while it runs (``primus_lib.cli.eval``)."""
+
+    def phase(self, line: str) -> None: ...  # data generation or loading starts
+    def planned(self, hours: int) -> None: ...  # hours per run, once the data is loaded
+    def hour(self, run: str, seed: int, hour: datetime, score: dict | None) -> None: ...
+    def finished(self, line: str) -> None: ...  # one run's summary
+
+
+def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | None = None) -> Report:
     torch.set_num_threads(options.threads)
     start = options.start or job.spec.timer.start
     end = options.end or job.spec.timer.end
@@ -208,20 +223,30 @@ def run_backtest(job: PrimusJob, options: BacktestOptions) -> Report:
             data = options.out / "data" / f"seed-{seed}"
             if not (data / "stream" / "events.jsonl").exists():
                 config = world_config(options.world)
+                if observer is not None:
+                    observer.phase(f"generating data seed {seed} under {data}")
                 generate(data, start, end, rows_per_hour=options.rows_per_hour, seed=seed, config=config)
         key = seed if options.data_seeds else -1
         if key not in timelines:
             timelines.clear()
+            if observer is not None:
+                observer.phase(f"loading the spec's sources{f' (data seed {seed})' if options.data_seeds else ''}")
             timelines[key] = load_timeline(_load(options, job, data), data, start, end, options.eval_from)
+            if observer is not None:
+                observer.planned(len(timelines[key].hours))
         timeline = timelines[key]
         for config in options.runs:
-            result = run_one(job, timeline, config, seed)
+            on_hour = None
+            if observer is not None:
+                on_hour = functools.partial(observer.hour, config.name, seed)
+            result = run_one(job, timeline, config, seed, on_hour=on_hour)
             report.add(result)
-            print(
-                f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
-                f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s",
-                flush=True,
-            )
+            line = (f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
+                    f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s")  # fmt: skip
+            if observer is not None:
+                observer.finished(line)
+            else:
+                print(line, flush=True)
     report.write(job, start, end, timelines[next(iter(timelines))], options)
     return report
 

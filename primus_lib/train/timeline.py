@@ -37,7 +37,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms, window_starts
 from primus_lib.train.batch import to_batch
 from primus_lib.train.coordinator import Decision, SingleProcess, Wants
-from primus_lib.train.eval_sources import EvalInputError, read_batch, read_stream
+from primus_lib.train.eval_sources import EvalInputError, eval_streams, read_batch, read_stream
 from primus_lib.train.inputs import Inputs
 from primus_lib.train.metrics import auc, logloss
 from primus_lib.train.modes import two_towers
@@ -70,7 +70,7 @@ def load_timeline(
     for callers of the old signature.
     """
     began = time.perf_counter()
-    batch_spec, stream_spec = job.batch_streams[0], job.stream_streams[0]
+    batch_spec, stream_spec = eval_streams(job)
     window = job.spec.timer.window_size
     hours = list(window_starts(start, end, window, start))
     if not hours:
@@ -145,6 +145,7 @@ class HourlyWorld(SingleProcess):
         self.scores = Scores()
         self.hour = -1
         self.now = 0.0  # the world's clock (epoch seconds): the start of the current hour
+        self.on_hour = None  # called (hour, score entry or None) after each hour (``primus eval``'s progress)
 
     def clock(self) -> float:
         return self.now
@@ -173,6 +174,8 @@ class HourlyWorld(SingleProcess):
             self.queue.append(stream, window_id(tl.hours[b]), str(self.windows[b]), tl.batch[b].num_rows)
         if t + 1 >= len(tl.hours):
             self.replay.finish()
+        if self.on_hour is not None:
+            self.on_hour(tl.hours[t], self.scores.windows[-1] if t >= tl.eval_from and rows.num_rows else None)
 
     def score(self, hour: datetime, rows: pa.Table) -> None:
         stepper, scores = self.stepper, self.scores
