@@ -4,9 +4,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from tests.fixtures.airflow import JOB_SPEC, ROOT, copy_dags
+
+
+@pytest.fixture(autouse=True)
+def _fresh_factory():
+    """Each test's DAG folder is its own copy: parse it with its own ``primus_dag_factory``."""
+    sys.modules.pop("primus_dag_factory", None)
+    yield
+    sys.modules.pop("primus_dag_factory", None)
+
 
 GOOD = JOB_SPEC.format(name="{name}", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z")
 
@@ -60,22 +70,59 @@ def test_one_broken_spec_breaks_only_its_own_dag_and_names_file_and_field(monkey
     assert "broken.yaml" in error and "spec.timer.window" in error and "'1h' or '1d'" in error
 
 
-def test_stubs_follow_the_jobs_folder_and_task_runs_write_nothing(monkeypatch, tmp_path):
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and mtime: what parsing must leave alone."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_the_deploy_step_makes_every_dag_visible_on_the_first_parse_and_parsing_writes_nothing(monkeypatch, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for name in ("alpha", "omega", "zeta"):
+        (jobs / f"{name}.yaml").write_text(GOOD.replace("{name}", name))
+    (jobs / "broken.yaml").write_text(GOOD.replace("{name}", "broken").replace("window: 1h", "window: 2h"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_JOBS_DIR", str(jobs))
+    dags = copy_dags(tmp_path / "dags")  # a fresh copy of dags/, as a git-sync or an image delivers it
+    deploy = [sys.executable, str(dags / "primus_dags.py")]
+    assert subprocess.run([*deploy, "--check"], capture_output=True).returncode == 1  # nothing generated yet
+    subprocess.run(deploy, check=True, capture_output=True)
+    assert subprocess.run([*deploy, "--check"], capture_output=True).returncode == 0
+    before = _tree(dags)
+    bag = DagBag(dag_folder=str(dags))  # the DAG processor's first pass over the folder
+    assert sorted(bag.dag_ids) == ["alpha", "omega", "zeta"]
+    assert {Path(d.fileloc).name for d in bag.dags.values()} == {"alpha.py", "omega.py", "zeta.py"}
+    ((where, error),) = bag.import_errors.items()
+    assert where.endswith("primus_jobs/broken.py")
+    assert "broken.yaml" in error and "spec.timer.window" in error
+    assert _tree(dags) == before  # parsing wrote nothing (a read-only bundle parses the same)
+
+
+def test_out_of_date_dag_files_are_an_import_error_of_primus_dags_naming_the_fix(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PRIMUS_JOBS_DIR", str(jobs))
     dags = copy_dags(tmp_path / "dags")
-    (dags / "primus_jobs").mkdir()
+    bag = DagBag(dag_folder=str(dags))
+    assert bag.dag_ids == [] and not (dags / "primus_jobs").exists()  # never generated while parsing
+    ((where, error),) = bag.import_errors.items()
+    assert where.endswith("primus_dags.py")
+    assert "primus_jobs/alpha.py missing" in error and "python dags/primus_dags.py" in error
+    _sync(dags, None, monkeypatch)
     (dags / "primus_jobs" / "mine.py").write_text("# a user's file, not generated\n")
-    env = {"PRIMUS_JOBS_DIR": str(jobs), "PATH": "/usr/bin:/bin"}
-    parse = [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1])", str(dags / "primus_dags.py")]
-    subprocess.run(parse, check=True, env={**env, "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "alpha"}, capture_output=True)
-    assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["mine.py"]  # a task run: no writes
-    subprocess.run(parse, check=True, env=env, capture_output=True)  # the DAG processor: sync
-    assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["alpha.py", "mine.py"]
     (jobs / "alpha.yaml").rename(jobs / "beta.yaml")
-    subprocess.run(parse, check=True, env=env, capture_output=True)
+    errors = DagBag(dag_folder=str(dags)).import_errors
+    assert "primus_jobs/beta.py missing" in errors[str(dags / "primus_dags.py")]
+    assert "alpha.py has no spec any more" in errors[str(dags / "primus_dags.py")]
+    assert "alpha.yaml: no such job spec" in errors[str(dags / "primus_jobs" / "alpha.py")]
+    _sync(dags, None, monkeypatch)
     assert sorted(p.name for p in (dags / "primus_jobs").glob("*.py")) == ["beta.py", "mine.py"]
+    bag = DagBag(dag_folder=str(dags))
+    assert bag.import_errors == {} and bag.dag_ids == ["alpha"]  # the job's name, from beta.yaml
 
 
 def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):

@@ -76,3 +76,37 @@ def test_registered_in_the_plugin_and_serialized_with_a_dag():
     dag = DAG("tt", schedule=table, start_date=T0)
     restored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     assert restored.timetable.serialize() == table.serialize()
+
+
+def test_run_ids_name_the_window_not_run_after():
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.types import DagRunType
+
+    table = PrimusWindowTimetable(T0, "1h", lag=timedelta(hours=24))
+    info = table.next_dagrun_info(
+        last_automated_data_interval=DataInterval(T0 + timedelta(hours=1), T0 + timedelta(hours=2)),
+        restriction=TimeRestriction(T0, None, True),
+    )
+    assert info.run_after == T0 + timedelta(days=1, hours=3)  # what Airflow labels the run with
+    # The scheduler asks the deserialized DAG's timetable, as here.
+    restored = DagSerialization.from_dict(DagSerialization.to_dict(_dag(table))).timetable
+    scheduled = restored.generate_run_id(
+        run_type=DagRunType.SCHEDULED, run_after=info.run_after, data_interval=info.data_interval, partition_key=None
+    )
+    assert scheduled == "scheduled__window_2026-11-01T02:00Z"
+    manual = restored.generate_run_id(
+        run_type=DagRunType.MANUAL,
+        run_after=datetime(2026, 11, 30, 14, 5, 9, 123, tzinfo=UTC),
+        data_interval=restored.infer_manual_data_interval(run_after=T0 + timedelta(hours=2, minutes=30)),
+    )
+    assert manual == "manual__window_2026-11-01T02:00Z_at_2026-11-30T14:05:09Z"  # a window can be re-run by hand
+    no_window = restored.generate_run_id(
+        run_type=DagRunType.MANUAL, run_after=datetime(2026, 11, 30, tzinfo=UTC), data_interval=None
+    )
+    assert no_window == "manual__2026-11-30T00:00:00+00:00"  # Airflow's own: no logical date, no window
+
+
+def _dag(table: PrimusWindowTimetable):
+    from airflow.sdk import DAG
+
+    return DAG("tt_ids", schedule=table, start_date=T0)

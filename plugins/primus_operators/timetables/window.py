@@ -4,6 +4,10 @@ A run's data interval is exactly the window ``[t, t + window)``; the run may sta
 window's batch data is complete, ``lag`` after the window's end (``run_after``). Windows are
 aligned to the spec's ``timer.start`` and stop before ``timer.end``; the arithmetic is
 ``primus_lib.timegrid``'s.
+
+Runs are named after their window (``generate_run_id``): ``scheduled__window_2026-11-01T02:00Z``
+for the window 02:00-03:00, while Airflow labels a run with its ``run_after`` (03:00 + lag), so
+the grid's tooltip ("Run ID") says which window a run trains.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
+from airflow.utils.types import DagRunType
 
 from primus_lib import timegrid
 
@@ -24,6 +29,11 @@ def _utc(value: datetime | str) -> datetime:
 
 def _pendulum(value: datetime) -> pendulum.DateTime:
     return pendulum.instance(value, tz="UTC")
+
+
+def window_label(start: datetime) -> str:
+    """How a run id names its window: its start, to the minute, in UTC (``2026-11-01T02:00Z``)."""
+    return f"{_utc(start):%Y-%m-%dT%H:%MZ}"
 
 
 class PrimusWindowTimetable(Timetable):
@@ -91,6 +101,22 @@ class PrimusWindowTimetable(Timetable):
         )
 
     # --- the Timetable protocol ---------------------------------------------------------
+    def generate_run_id(
+        self, *, run_type: DagRunType, run_after: datetime, data_interval: DataInterval | None, **extra: Any
+    ) -> str:
+        """``<type>__window_<start>``; a manual run adds ``_at_<run_after>`` (a window may be re-run
+        by hand). Without a data interval (a manual run with no logical date) Airflow's default.
+
+        Airflow 3.3 calls this for scheduled and manual runs (UI, REST, ``airflow dags trigger``);
+        its backfill names runs itself (``backfill__<run_after>``, apache/airflow#56374).
+        """
+        if data_interval is None:
+            return super().generate_run_id(run_type=run_type, run_after=run_after, data_interval=None, **extra)
+        suffix = f"window_{window_label(data_interval.start)}"
+        if DagRunType(run_type) == DagRunType.MANUAL:
+            suffix += f"_at_{_utc(run_after):%Y-%m-%dT%H:%M:%SZ}"
+        return DagRunType(run_type).generate_run_id(suffix=suffix)
+
     def infer_manual_data_interval(self, *, run_after: datetime) -> DataInterval:
         start = self.floor(run_after)
         return DataInterval(_pendulum(start), _pendulum(start + self.size))
