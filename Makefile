@@ -10,10 +10,12 @@ WHEELHOUSE := $(CACHE)/wheels
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install system test test-unit lint demo bench infra clean
+.PHONY: help install system test test-unit lint up down demo bench infra clean
 
 help:
-	@echo "make demo   install, then run the ctr-demo job end to end on the local backend"
+	@echo "make up     install, then start the live stack in the background (Airflow UI on :8080)"
+	@echo "make down   stop the live stack (its state stays in .primus/stack)"
+	@echo "make demo   make up, then run the ctr-demo job through Airflow's scheduler and report"
 	@echo "make test   install, prepare the servers the tests start, run all tests"
 	@echo "make lint   ruff"
 	@echo "make bench  run every benchmark in bench/"
@@ -47,9 +49,16 @@ lint: install
 	@$(VENV)/bin/ruff check primus_lib plugins dags tests bench devstack
 	@$(VENV)/bin/ruff format --check primus_lib plugins dags tests bench devstack
 
-demo: install
+# The live stack (devstack/stack.py): PostgreSQL, Kafka, Prometheus, Airflow's four processes.
+up: install
 	@CACHE=$(CACHE) bash scripts/fetch-kafka.sh
-	@CACHE=$(CACHE) bash scripts/demo.sh
+	@PRIMUS_CACHE=$(CACHE) bash scripts/up.sh
+
+down:
+	@if [ -x $(PY) ]; then bash scripts/down.sh; fi
+
+demo: up
+	@bash scripts/demo.sh
 
 bench: install
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f | tail -1; done

@@ -115,6 +115,7 @@ def server_properties(data: Path, port: int, controller_port: int, host: str = H
         "num.network.threads": 2,
         "num.io.threads": 4,
         "log.retention.check.interval.ms": 3_600_000,
+        "log.retention.ms": -1,  # replays carry past event times (datagen): time retention would drop them
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 

@@ -1,117 +1,74 @@
 #!/usr/bin/env bash
-# `make demo`: the ctr-demo job end to end on the embedded default, through Airflow.
-#   1. Apache Kafka 4.4.0 (KRaft, `python -m devstack.kafka run`) on 127.0.0.1:19092, the address
-#      the spec names (controller 127.0.0.1:19093); the jars come from scripts/fetch-kafka.sh;
-#   2. `primus datagen`: two days of drifting CTR logs as hourly batch partitions + the stream
-#      produced to the ctr-events topic;
-#   3. the job's DAG runs DEMO_WINDOWS windows with dag.test(): per window the DataSource
-#      tasks wait for the partitions and plan, mapped data tasks decode, the Joiner joins and
-#      commits Arrow shards, the Sink queues the window in time order, and the trainer task
-#      starts the long-running MTRM trainer (local backend) and defers until it has consumed
-#      the window; per-window AUC / logloss are printed at the end.
-# State lives in .primus/demo (removed at the start of each demo).
+# `make demo` (after `make up`): the ctr-demo job on the live stack, through Airflow's scheduler.
+#   1. a clean slate for the job (`python -m devstack.demo reset`: earlier runs, state, data, topic);
+#   2. `primus datagen`: two days of drifting CTR logs as hourly batch partitions + the event
+#      stream produced to Kafka's ctr-events topic;
+#   3. `primus backfill --api --wait`: DEMO_WINDOWS windows (default 12) as one Airflow backfill,
+#      run by the scheduler (LocalExecutor) and triggerer: per window the DataSource sensors,
+#      mapped data tasks, Joiner, Sink, the trainer task (the long-running MTRM trainer of the local
+#      backend, mode service, reading the stream through the stream executors over Arrow Flight;
+#      the task defers until the window is trained) and the scaler sensor;
+#   4. the baselines: `primus eval` of single_tower and mtrm over the same hours (in the background);
+#   5. the report: AUC/logloss per window of the live trainer and of the baseline.
+# The stack stays up: the UI shows the runs; `make down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 SPEC=config/jobs/ctr-demo.yaml
-WINDOWS=${DEMO_WINDOWS:-4}
-ROWS=${DEMO_ROWS_PER_HOUR:-2000}
-BROKER=127.0.0.1:19092
-CONTROLLER_PORT=19093
-CACHE=${CACHE:-$HOME/.cache/primus}
+WINDOWS=${DEMO_WINDOWS:-12}
+ROWS=${DEMO_ROWS_PER_HOUR:-1000}
+BASELINES=${DEMO_BASELINES:-single_tower,mtrm}
+FIRST=2026-11-01T00:00:00Z
+END=$(date -u -d "2026-11-01 00:00 UTC + $WINDOWS hours" +%Y-%m-%dT%H:%M:%SZ)
+STACK=${PRIMUS_STACK_DIR:-$PWD/.primus/stack}
 
-export PRIMUS_HOME=$ROOT/.primus/demo
-export PRIMUS_DATA=$PRIMUS_HOME/data
-export AIRFLOW_HOME=$PRIMUS_HOME/airflow
-export AIRFLOW__CORE__PARALLELISM=2
-export PRIMUS_POLL_INTERVAL=${PRIMUS_POLL_INTERVAL:-2}
-# shellcheck source=../config/airflow/env.sh
-source config/airflow/env.sh
-PY=$ROOT/.venv/bin/python
-PRIMUS=$ROOT/.venv/bin/primus
+step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
-step() { printf '\n== %s\n' "$*"; }
-
-rm -rf "$PRIMUS_HOME"
-mkdir -p "$PRIMUS_HOME" "$AIRFLOW_HOME"
-
-for port in 19092 "$CONTROLLER_PORT"; do
-  if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
-    echo "demo: 127.0.0.1:$port is already in use; stop whatever listens there (the demo starts its own Kafka on 19092 and 19093)" >&2
-    exit 1
-  fi
-done
-step "starting Apache Kafka (KRaft) on $BROKER"
-KAFKA_LOG=$PRIMUS_HOME/kafka-run.log
-$PY -m devstack.kafka run --port 19092 --controller-port "$CONTROLLER_PORT" --dir "$PRIMUS_HOME/kafka" \
-  --cache "$CACHE" >"$KAFKA_LOG" 2>&1 &
-KAFKA_PID=$!
-cleanup() {
-  "$PRIMUS" resources stop "$SPEC" >/dev/null 2>&1 || true
-  kill -TERM "$KAFKA_PID" 2>/dev/null || true # the launcher stops the broker cleanly, then exits
-  wait "$KAFKA_PID" 2>/dev/null || true
-}
-trap cleanup EXIT
-deadline=$((SECONDS + 90))
-until grep -q "ready on" "$KAFKA_LOG"; do
-  if ! kill -0 "$KAFKA_PID" 2>/dev/null; then
-    echo "demo: Apache Kafka failed to start; $KAFKA_LOG ends with:" >&2
-  elif [ "$SECONDS" -ge "$deadline" ]; then
-    echo "demo: Apache Kafka was not ready within 90 s; $KAFKA_LOG ends with:" >&2
-  else
-    sleep 0.2
-    continue
-  fi
-  tail -n 20 "$KAFKA_LOG" >&2
-  if [ -f "$PRIMUS_HOME/kafka/kafka.log" ]; then
-    echo "-- and $PRIMUS_HOME/kafka/kafka.log:" >&2
-    tail -n 20 "$PRIMUS_HOME/kafka/kafka.log" >&2
-  fi
+if ! .venv/bin/python -m devstack.stack status >/dev/null 2>&1; then
+  echo "demo: the live stack is not (fully) running: run \`make up\` first (or \`make demo\`, which does)" >&2
+  .venv/bin/python -m devstack.stack status >&2 || true
   exit 1
-done
-sed 's/^/  /' "$KAFKA_LOG"
+fi
+# shellcheck source=/dev/null
+source "$STACK/env.sh"
+OUT=$STACK/demo
+if [ "$PRIMUS_KAFKA" != "127.0.0.1:19092" ]; then
+  echo "demo: $SPEC's stream reads Kafka at 127.0.0.1:19092, but the stack's broker is $PRIMUS_KAFKA (PRIMUS_STACK_KAFKA_PORT)" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
 
 step "validating $SPEC"
-"$PRIMUS" validate "$SPEC"
+primus validate "$SPEC"
 
-step "generating two days of synthetic CTR logs ($ROWS impressions/hour) into $PRIMUS_DATA"
-"$PRIMUS" datagen "$SPEC" --rows-per-hour "$ROWS" --kafka "$BROKER"
+step "a clean slate for ctr-demo"
+python -m devstack.demo reset "$SPEC"
 
-step "the DTGG plan of the first windows"
-END=$(date -u -d "2026-11-01 00:00 UTC + $WINDOWS hours" +%Y-%m-%dT%H:%M:%SZ)
-"$PRIMUS" plan "$SPEC" --dry-run --start 2026-11-01T00:00:00Z --end "$END" | head -n 20
+step "generating two days of synthetic CTR logs ($ROWS impressions/hour) into $PRIMUS_DATA and Kafka"
+primus datagen "$SPEC" --rows-per-hour "$ROWS" --kafka "$PRIMUS_KAFKA" 2>&1 | tail -n 1
 
-step "preparing Airflow ($AIRFLOW_HOME, SQLite)"
-"$ROOT/.venv/bin/airflow" db migrate >"$PRIMUS_HOME/airflow-migrate.log" 2>&1
-$PY dags/primus_dags.py >/dev/null
+step "baseline in the background: primus eval --modes $BASELINES over the same windows (log: $OUT/eval.log)"
+rm -rf "$OUT/eval"
+primus eval "$SPEC" --modes "$BASELINES" --seeds 0 --out "$OUT/eval" --start "$FIRST" --end "$END" \
+  --eval-from "$FIRST" --quiet >"$OUT/eval.log" 2>&1 &
+EVAL_PID=$!
 
-step "running $WINDOWS windows of DAG ctr-demo (dag.test, trainer in service mode; log: airflow-runs.log)"
+step "backfilling $WINDOWS windows of DAG ctr-demo through the scheduler ($FIRST .. $END)"
 status=0
-$PY -m primus_operators.local_runs --dag-id ctr-demo --windows "$WINDOWS" --mode service \
-  --json "$PRIMUS_HOME/demo-report.json" >"$PRIMUS_HOME/airflow-runs.log" 2>&1 || status=$?
+primus backfill "$SPEC" --from "$FIRST" --to "$END" --mode service --wait --timeout 1200 || status=$?
 
-step "per-window results"
-$PY - "$PRIMUS_HOME" <<'PY'
-import json, pathlib, sys
-home = pathlib.Path(sys.argv[1])
-report = json.loads((home / "demo-report.json").read_text()) if (home / "demo-report.json").exists() else []
-print(f"{'window':<22} {'run':<8} {'samples':>8} {'auc':>7} {'logloss':>8}")
-for run in report:
-    m = run.get("metrics") or {}
-    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else "-"
-    print(f"{run['window'][:19]:<22} {run['state']:<8} {m.get('samples', '-'):>8} {fmt(m.get('auc')):>7} {fmt(m.get('logloss')):>8}")
-progress_path = home / "jobs/ctr-demo/trainer/progress.json"
-if progress_path.exists():
-    progress = json.loads(progress_path.read_text())
-    batch = [k for k in progress["consumed"] if k.startswith("history/")]
-    print(f"trainer: step {progress.get('step')}, {len(batch)} batch windows and "
-          f"{len(progress['consumed']) - len(batch)} stream windows consumed (trainer/progress.json)")
-PY
+step "waiting for the baseline"
+eval_status=0
+wait "$EVAL_PID" || eval_status=$?
+if [ "$eval_status" -ne 0 ]; then
+  echo "demo: primus eval failed ($eval_status); $OUT/eval.log ends with:" >&2
+  tail -n 20 "$OUT/eval.log" >&2
+fi
+
+step "per-window results: MTRM (live trainer, through Airflow) and the baseline (primus eval)"
+python -m devstack.demo report "$SPEC" --from "$FIRST" --to "$END" --eval "$OUT/eval" | tee "$OUT/report.txt"
 if [ "$status" -ne 0 ]; then
-  echo "demo: a window failed; see $PRIMUS_HOME/airflow-runs.log" >&2
-  tail -n 30 "$PRIMUS_HOME/airflow-runs.log" >&2
+  echo "demo: a window failed (primus backfill exited $status); task logs: $AIRFLOW_HOME/logs" >&2
   exit "$status"
 fi
 echo
-echo "demo: done. State: $PRIMUS_HOME (report: demo-report.json, Airflow logs: airflow/logs)."
-echo "Next: 'make demo DEMO_WINDOWS=24', the Airflow UI (docs/airflow.md), 'primus eval' (docs/training.md)."
+echo "demo: done; the UI at $PRIMUS_AIRFLOW_API shows the runs (login $PRIMUS_AIRFLOW_USER / $PRIMUS_AIRFLOW_PASSWORD); \`make down\` stops it."

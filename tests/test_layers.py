@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "resources.discovery",
     },
     "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
-    "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "timegrid"},
+    "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "storage", "timegrid"},
     "jobview": {"allocation", "data", "metrics", "paths", "progress", "scaling", "spec", "storage", "timegrid"},
 }
 
