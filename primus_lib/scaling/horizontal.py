@@ -29,7 +29,7 @@ from primus_lib.spec.scaling import HorizontalScaling
 
 DEFAULT_WEIGHTS = (0.8, 0.1, 0.1)
 DEAD_BAND = 0.05  # |L_u - threshold| below this: hold (no flapping around the threshold)
-STARVED_MIN = 0.05  # a trainer waiting >= 5% of its step time for data is starved
+STARVED_MIN = 0.02  # a trainer waiting >= 2% of its step time for data (with dry buffers) is starved
 BACKPRESSURE_MAX = 0.20  # a trainer whose input queue is full >= 20% of the time is the bottleneck
 DOWN_FRACTION = 0.25  # without usage history: scale down at a quarter of the pace of scale-up
 HEADROOM = 0.05  # executors kept above the estimated need when scaling down
@@ -72,9 +72,10 @@ class HorizontalPolicy(ScalingPolicy):
 
     # -- sizes ------------------------------------------------------------------------------
     def _up_by(self, ctx: PolicyContext) -> int:
-        """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s)."""
+        """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s), plus
+        the HEADROOM a scale-down keeps (so the two agree on the target and buffers refill)."""
         n, s = ctx.allocation.replicas, min(ctx.snapshot.trainer_starved, 0.9)
-        wanted = math.ceil(n * s / (1.0 - s))
+        wanted = math.ceil(n / (1.0 - s) * (1 + HEADROOM)) - n
         return max(1, min(wanted, math.ceil(n * self.spec.step)))
 
     def _down_by(self, ctx: PolicyContext, load: float) -> int:

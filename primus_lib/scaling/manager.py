@@ -103,28 +103,41 @@ class ScalingManager:
         new_ooms = max(0.0, snapshot.oom_kills - oom_seen)
         state["oom_seen"] = snapshot.oom_kills
         alloc = self.allocation(state)
+        arrived = self._just_arrived(state, snapshot.executors, alloc.replicas)
         ctx = PolicyContext(now, snapshot, alloc, self._history(state, now, snapshot), new_ooms)
         loads = {}
         for policy in self.policies:
             if isinstance(policy, HorizontalPolicy):
                 loads["load"] = round(policy.load(ctx), 4)
                 self.metrics.load.labels(self.job.name).set(loads["load"])
-        decision = self._choose(ctx, state, now)
+        decision = self._choose(ctx, state, now, arrived)
         if decision is not None:
             self.actuator.apply(decision)
             self._record(decision, alloc, state, now)
         else:  # a hold is a decision too: log what it was made from
-            inputs = {**snapshot.to_dict(), **loads, "replicas": alloc.replicas, "allocated_cpu": alloc.cpu}
+            inputs = {**snapshot.to_dict(), **loads, "replicas": alloc.replicas, "allocated_cpu": alloc.cpu,
+                      **({"held_for_arrivals": True} if arrived else {})}  # fmt: skip
             log.info("scaling %s: %s hold, inputs %s", self.job.name, self.role, json.dumps(inputs, sort_keys=True))
         self.store.save(state)
         return decision
 
-    def _choose(self, ctx: PolicyContext, state: dict, now: float) -> Decision | None:
+    @staticmethod
+    def _just_arrived(state: dict, executors: int, replicas: int) -> bool:
+        """Executors asked for earlier began to report since the last tick: the trainers' metrics of
+        the past interval were measured (mostly) without them, so no non-urgent policy may act on
+        them until a tick's worth of metrics includes them (else each arrival re-adds the same gap)."""
+        waiting, seen = state.get("starting", False), state.get("executors_seen", executors)
+        state["starting"], state["executors_seen"] = executors < replicas, executors
+        return bool(waiting) and executors > seen
+
+    def _choose(self, ctx: PolicyContext, state: dict, now: float, arrived: bool = False) -> Decision | None:
         for policy in self.policies:
             if policy.urgent(ctx):
                 decision = policy.decide(ctx)
                 if decision is not None:
                     return decision
+        if arrived:
+            return None
         for policy in self.policies:
             if self._held(state, policy, now):
                 continue

@@ -13,6 +13,7 @@ from primus_lib.data.executor import run_window
 from primus_lib.data.executor.metrics import TaskMetrics
 from primus_lib.metrics.readers import TextfileReader
 from primus_lib.paths import JobPaths
+from primus_lib.scaling.horizontal import STARVED_MIN
 from primus_lib.scaling.step import reader_for, scaling_step
 from primus_lib.spec import load_job
 from primus_lib.train.trainer import Trainer, TrainerOptions
@@ -74,8 +75,8 @@ def test_trainer_and_data_tasks_feed_the_scaler(scaled_job, caplog):
         inputs = json.loads(hold.split(" hold, inputs ", 1)[1])
     assert {k: inputs[k] for k in expected} == pytest.approx(expected)
     # buffers nearly dry, one replica of at most 4: the horizontal policy adds while the trainer
-    # starves (STARVED_MIN = 0.05 of its time waiting) and holds otherwise
-    assert [d.action for d in decisions] == (["scale_up"] if snap.trainer_starved >= 0.05 else [])
+    # starves (STARVED_MIN of its time waiting) and holds otherwise
+    assert [d.action for d in decisions] == (["scale_up"] if snap.trainer_starved >= STARVED_MIN else [])
 
 
 def test_metrics_failures_do_not_fail_a_data_task(scaled_job):

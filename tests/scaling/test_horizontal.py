@@ -3,12 +3,18 @@ of the default weights for CPU and memory, shown on the pool model of primus_lib
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from primus_lib.scaling.horizontal import DEFAULT_WEIGHTS, HorizontalPolicy
 from primus_lib.scaling.simulation import Load, PoolModel
+from primus_lib.spec import load_job
 from primus_lib.spec.scaling import HorizontalScaling
 from tests.scaling.helpers import context, history, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [ROOT / "config" / "jobs" / "ctr-demo.yaml", ROOT / "config" / "k8s" / "ctr-demo-primusjob.yaml"]
 
 POLICY = HorizontalPolicy(HorizontalScaling())
 
@@ -18,8 +24,10 @@ def test_spec_default_weights_are_the_policy_defaults():
 
 
 def test_dry_buffers_and_starved_trainer_add_executors():
-    d = POLICY.decide(context(snapshot(buffer=0.02, cpu=0.95, memory=0.6, starved=0.2), replicas=40))
-    assert d.action == "scale_up" and d.replicas == 50  # 40 x 0.2 / 0.8 = 10 more
+    d = POLICY.decide(context(snapshot(buffer=0.02, cpu=0.95, memory=0.6, starved=0.1), replicas=40))
+    assert d.action == "scale_up" and d.replicas == 47  # 40 / 0.9 = 44.4 needed, + 5% HEADROOM = 46.7
+    d = POLICY.decide(context(snapshot(buffer=0.02, cpu=0.95, memory=0.6, starved=0.4), replicas=40))
+    assert d.replicas == 50  # capped at step (25%) of the pool
     assert d.inputs["load"] < 0.5 and "starved" in d.reason
 
 
@@ -30,6 +38,7 @@ def test_never_adds_while_the_trainer_back_pressures_ray_45331():
 
 def test_no_add_without_starvation_and_none_while_executors_start():
     assert POLICY.decide(context(snapshot(buffer=0.05, cpu=0.9, starved=0.0))) is None
+    assert POLICY.decide(context(snapshot(buffer=0.05, cpu=0.9, starved=0.015))) is None  # under STARVED_MIN
     assert POLICY.decide(context(snapshot(buffer=0.0, starved=0.3, executors=8), replicas=12)) is None
 
 
@@ -89,3 +98,12 @@ def test_heavier_cpu_memory_weights_hold_while_the_trainer_starves():
     snap = snapshot(buffer=0.1, cpu=1.0, memory=1.0, starved=0.15)
     assert heavy.decide(context(snap)) is None
     assert POLICY.decide(context(snap)).action == "scale_up"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_specs_add_while_the_trainer_starves(path, monkeypatch):
+    """The configuration that ships (and that bench/scaling.py runs) must not be the starving one."""
+    monkeypatch.setenv("PRIMUS_DATA", "/tmp")
+    shipped = HorizontalPolicy(load_job(path).spec.scaling.horizontal)
+    snap = snapshot(buffer=0.1, cpu=1.0, memory=1.0, starved=0.15)
+    assert shipped.decide(context(snap)).action == "scale_up"
