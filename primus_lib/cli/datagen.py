@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if not out:
         print("primus datagen: give --out or set PRIMUS_DATA", file=sys.stderr)
         return 2
-    os.environ.setdefault("PRIMUS_DATA", out)
+    os.environ.setdefault("PRIMUS_DATA", os.path.abspath(out))  # a spec URI may hold no ".."
     job = load_job(args.spec)
     start, end = default_range(job)
     try:

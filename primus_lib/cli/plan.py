@@ -71,5 +71,6 @@ def _instant(text: str | None, flag: str):
 
     try:
         return parse_utc(text, flag)
-    except ValueError as exc:
-        raise SystemExit(f"primus plan: {exc}") from None
+    except ValueError as exc:  # a bad argument: exit 2, as argparse's own errors
+        print(f"primus plan: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

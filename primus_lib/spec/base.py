@@ -1,4 +1,5 @@
-"""The base of every spec model: unknown fields are errors (they are usually typos)."""
+"""The base of every spec model: unknown fields are errors (they are usually typos), and so
+are NaN and infinite numbers (they pass every bound check)."""
 
 from __future__ import annotations
 
@@ -6,4 +7,4 @@ from pydantic import BaseModel, ConfigDict
 
 
 class SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from primus_lib.spec.errors import Problem, describe
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.resources import RoleSpec
+from primus_lib.spec.safety import check_safety
 from primus_lib.timegrid import EPOCH, iso, on_grid
 
 PLACEHOLDERS = {"YYYY": "year", "MM": "month", "DD": "day", "HH": "hour"}
@@ -34,6 +35,7 @@ def check_job(job: PrimusJob) -> list[Problem]:
         *_training(job),
         *_resources(job),
         *_scaling(job),
+        *check_safety(job),
     ]
 
 

@@ -14,7 +14,9 @@ from pydantic import ValidationError
 from primus_lib.spec.checks import check_job
 from primus_lib.spec.errors import Problem, SpecError, field_path, problems_from_validation
 from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.safety import has_control
 
+MAX_VALUES = 100_000  # mappings, lists and scalars in a spec after alias expansion
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -32,6 +34,10 @@ def load_job(
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(source, [Problem("(file)", "a readable YAML file", exc.strerror or str(exc))]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            source, [Problem("(file)", "a UTF-8 text file", f"byte {exc.object[exc.start]:#04x} at offset {exc.start}")]
+        ) from None
     return parse_job(text, source, env, warnings=warnings)
 
 
@@ -64,7 +70,16 @@ def job_from_document(
     warnings: list[Problem] | None = None,
 ) -> PrimusJob:
     unset: list[Problem] = []
-    expanded = _expand(document, (), os.environ if env is None else env, unset)
+    budget = [MAX_VALUES]
+    try:
+        expanded = _expand(document, (), os.environ if env is None else env, unset, budget)
+    except _TooLarge:
+        raise SpecError(
+            source, [Problem("(document)", f"at most {MAX_VALUES} values (YAML aliases are expanded)", "more")]
+        ) from None
+    hostile = [p for p in unset if p.found != "it unset"]
+    if hostile:  # a variable's value that no spec field may hold: an error even when warnings are asked
+        raise SpecError(source, hostile)
     if unset and warnings is None:
         raise SpecError(source, unset)
     if warnings is not None:
@@ -79,17 +94,33 @@ def job_from_document(
     return job
 
 
-def _expand(value: Any, loc: tuple, env: Mapping[str, str], problems: list[Problem]) -> Any:
+class _TooLarge(Exception):
+    pass
+
+
+def _expand(value: Any, loc: tuple, env: Mapping[str, str], problems: list[Problem], budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:  # YAML aliases share nodes; expanding them copies (a "billion laughs")
+        raise _TooLarge
     if isinstance(value, dict):
-        return {k: _expand(v, (*loc, k), env, problems) for k, v in value.items()}
+        return {k: _expand(v, (*loc, k), env, problems, budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, (*loc, i), env, problems) for i, v in enumerate(value)]
+        return [_expand(v, (*loc, i), env, problems, budget) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in env:
+            if has_control(env[name]):  # a newline etc. would split a path, a log line, a header
+                at = next(i for i, c in enumerate(env[name]) if has_control(c))
+                problems.append(  # never the value itself: it may be a password
+                    Problem(
+                        field_path(loc),
+                        f"environment variable {name} without control characters",
+                        f"{env[name][at]!r} at character {at} of its value",
+                    )  # fmt: skip
+                )
             return env[name]
         if default is not None:
             return default

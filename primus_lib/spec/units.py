@@ -36,12 +36,19 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError("a non-negative duration")
-        return timedelta(seconds=value)
+        return _seconds(value)
     match = _DURATION.match(str(value))
     if not match:
         raise ValueError("a duration such as '90s', '10m', '24h' or '1d'")
     number, unit = match.groups()
-    return timedelta(seconds=float(number) * _DURATION_SECONDS[unit])
+    return _seconds(float(number) * _DURATION_SECONDS[unit])
+
+
+def _seconds(seconds: float) -> timedelta:
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:  # past timedelta's 999999999 days: not a duration anyone means
+        raise ValueError("a duration such as '90s', '10m', '24h' or '1d' (at most 999999999d)") from None
 
 
 def format_duration(value: timedelta) -> str:

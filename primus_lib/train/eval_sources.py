@@ -25,6 +25,7 @@ from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.deadletter import DeadLetters
 from primus_lib.data.sources.decode import DecodeError
 from primus_lib.data.sources.files import read_task
+from primus_lib.data.sources.quality import WindowDataError, clean_window
 from primus_lib.data.sources.templates import has_placeholders, partition
 from primus_lib.data.task import DataTask
 from primus_lib.filesystems import resolve
@@ -39,10 +40,34 @@ class EvalInputError(ValueError):
     """Input eval cannot use; the message is one line naming the file, source or field."""
 
 
+def eval_streams(job: PrimusJob) -> tuple[StreamSpec, StreamSpec]:
+    """The batch and the stream stream eval replays (it scores each window on the stream)."""
+    if not job.batch_streams or not job.stream_streams:
+        kinds = ", ".join(f"{s.name} ({s.kind})" for s in job.spec.dataset.streams)
+        raise EvalInputError(
+            f"job {job.name!r}: primus eval needs a batch and a stream stream in spec.dataset.streams "
+            f"(it scores every window on the stream), found {kinds}"
+        )
+    return job.batch_streams[0], job.stream_streams[0]
+
+
 def read_batch(job: PrimusJob, stream: StreamSpec, hours: list[datetime]) -> list[pa.Table]:
     """Every window of a batch stream: its sources' partitions, decoded and joined."""
     files = {source.name: _partition_files(job, stream, source, hours) for source in stream.sources}
-    return [_join(job, stream, [_read_files(job, files[s.name][h]) for s in stream.sources], h) for h in hours]
+    windows, dropped = [], {}
+    for h in hours:
+        joined = _join(job, stream, [_read_files(job, files[s.name][h]) for s in stream.sources], h)
+        try:  # the data plane's row checks (data/sources/quality.py), so eval trains on what it would
+            table, counts = clean_window(job, stream.name, joined, h)
+        except WindowDataError as exc:
+            raise EvalInputError(str(exc)) from None
+        for reason, n in counts.get("dropped", {}).items():
+            dropped[reason] = dropped.get(reason, 0) + n
+        windows.append(table.sort_by(job.spec.features.timestamp))
+    if dropped:
+        detail = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(dropped.items()))
+        print(f"primus eval: stream {stream.name!r}: dropped rows ({detail})", file=sys.stderr)
+    return windows
 
 
 def _partition_files(job: PrimusJob, stream: StreamSpec, source: SourceSpec, hours: list[datetime]) -> dict:

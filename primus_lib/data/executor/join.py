@@ -22,6 +22,7 @@ from primus_lib.data.dtgg.planner import Planner
 from primus_lib.data.executor.task import read_staged, staging_dir, staging_path
 from primus_lib.data.schema import hash_buckets, job_keys, sample_schema
 from primus_lib.data.shards import Manifest, read_manifest, write_window
+from primus_lib.data.sources.quality import clean_window
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
@@ -68,6 +69,7 @@ def join_window(
     inputs = {name: _concat(parts) for name, parts in tables.items()}
     lap("read")
     table = assemble(job, stream, inputs, wid)
+    table, dropped = clean_window(job, stream_name, table, window_start)  # rows of other windows, repeated ids
     lap("join")
     seed = window_seed(job, stream_name, wid)
     table = shuffle(table, seed)
@@ -75,6 +77,7 @@ def join_window(
     extra = {
         "sources": {name: t.num_rows if t is not None else 0 for name, t in inputs.items()},
         "tasks": len(plan.tasks),
+        **dropped,
     }
     manifest = write_window(directory, table, stream=stream_name, window=wid, seed=seed,
                             rows_per_shard=stream.rows_per_shard, extra=extra)  # fmt: skip

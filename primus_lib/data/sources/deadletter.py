@@ -14,6 +14,8 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+KEEP_BYTES = 64 << 10  # of a dead letter's value: enough to see what it was
+
 
 class DeadLetters(ABC):
     def __init__(self) -> None:
@@ -21,6 +23,9 @@ class DeadLetters(ABC):
         self._lock = threading.Lock()
 
     def send(self, value: bytes, reason: str, origin: str) -> None:
+        if len(value) > KEEP_BYTES:  # a DLQ topic refuses what its source topic took (its own size limit)
+            reason = f"{reason} (value cut to its first {KEEP_BYTES} of {len(value)} bytes)"
+            value = value[:KEEP_BYTES]
         with self._lock:
             self.count += 1
             self._send(value, reason, origin)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -35,6 +36,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
 
 T = TypeVar("T")
+PARTITION_CHECK_S = 5.0  # how often a reader asks for the topic's metadata (added partitions, deletion)
 
 # Answers a client recovers from by asking again: the group coordinator or a partition leader
 # moved or is still loading (a broker restart, a failover), or a request timed out.
@@ -138,6 +140,8 @@ class KafkaStreamReader(StreamReader):
             **self.spec.options,  # the job's explicit settings win over the defaults above
         }
         self.consumer = Consumer(config)
+        self.follows_topic = partitions is None  # reads every partition, so also those added later
+        self._checked = time.monotonic()
         self.malformed = 0
         self._next: dict[str, int] = {}
         self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
@@ -203,7 +207,33 @@ class KafkaStreamReader(StreamReader):
                 return False
         return True
 
+    def _follow(self) -> None:
+        """Every ``PARTITION_CHECK_S``: a reader of the whole topic takes partitions added since it
+        opened (from their first offset: all they hold is new) and says so if the topic is gone."""
+        if time.monotonic() - self._checked < PARTITION_CHECK_S:
+            return
+        self._checked = time.monotonic()
+        try:
+            meta = self.consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+        except KafkaException:  # the broker is away: the fetches will say so, or recover
+            return
+        if meta is None or meta.error is not None or not meta.partitions:
+            error = getattr(meta, "error", None)
+            if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaException(f"topic {self.topic!r} no longer exists at {self.bootstrap} (deleted?)")
+            return
+        if not self.follows_topic:
+            return
+        added = sorted(set(meta.partitions) - set(self.partitions))
+        if added:
+            for p in added:
+                self._next[partition_key(self.topic, p)] = self._watermarks(p)[0]
+            self.partitions = sorted(self.partitions + added)
+            self.consumer.assign([TopicPartition(self.topic, p, self._next[partition_key(self.topic, p)])
+                                  for p in self.partitions])  # fmt: skip
+
     def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
+        self._follow()
         messages = self.consumer.consume(num_messages=max_rows, timeout=timeout)
         values, keys, offsets = [], [], []
         for msg in messages:

@@ -17,6 +17,8 @@ from primus_lib.data.sources.decode import DecodeError, column_map, decode, requ
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
 
+MAX_MESSAGE_BYTES = 1 << 20  # one sample; Arrow's JSON reader would need a block this large
+
 
 @dataclass(frozen=True)
 class Malformed:
@@ -30,12 +32,17 @@ def decode_messages(
     """-> (samples of the good messages, their indexes in ``values``, the malformed ones)."""
     mapping = column_map(job, source)
     required = [mapping.get(c, c) for c in required_columns(job, stream, source)]
-    try:
-        return _block(job, stream, source, values, origin, required)
-    except (pa.ArrowInvalid, DecodeError, _Mismatch):
-        pass
+    oversized = {i for i, value in enumerate(values) if len(value) > MAX_MESSAGE_BYTES}
+    if not oversized:
+        try:
+            return _block(job, stream, source, values, origin, required)
+        except (pa.ArrowInvalid, DecodeError, _Mismatch):
+            pass
     tables, good, bad = [], [], []
     for i, value in enumerate(values):
+        if i in oversized:  # never parsed: a sample is a small object, this is a producer bug or an attack
+            bad.append(Malformed(i, f"oversized: {len(value)} bytes, more than {MAX_MESSAGE_BYTES}"))
+            continue
         try:
             table, _, errors = _block(job, stream, source, [value], f"{origin} message {i}", required)
         except (pa.ArrowInvalid, DecodeError, _Mismatch) as exc:

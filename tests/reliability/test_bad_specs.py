@@ -1,0 +1,186 @@
+"""Hostile specs: ``${VAR}`` values that try to leave their roots or smuggle a newline, YAML that
+tries to run code or explode, files that are not text, and the CLI's answer to each.
+
+The field-by-field corpus (wrong types, unknown fields, hostile sizes, escaping paths) is
+tests/spec/invalid/ (tests/spec/test_invalid_corpus.py); here: what needs an environment, a
+file that is not YAML, or a whole command. Every answer is one line per problem, naming the
+file and field, exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus_lib.spec import SpecError, load_job
+from tests.data.helpers import job_doc
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "spec" / "invalid"
+HOSTILE_CORPUS = [  # the corpus entries this suite added (docs/reliability.md)
+    "uri-dotdot", "uri-control-character", "s3-uri-without-bucket", "file-pattern-escapes",
+    "success-marker-escapes", "storage-root-dotdot", "role-name-path", "replicas-huge", "gpu-huge",
+    "buckets-huge", "embedding-dim-huge", "batch-size-huge", "lag-overflow", "scaling-interval-zero",
+    "checkpoint-interval-zero", "learning-rate-infinite", "priority-nan", "sparse-not-a-list", "spec-a-list",
+]  # fmt: skip
+
+
+def _doc() -> dict:
+    return job_doc("file:///srv/ctr", hours=2)
+
+
+def _source(doc: dict) -> dict:
+    return doc["spec"]["dataset"]["streams"][0]["sources"][0]
+
+
+def _write(tmp_path: Path, doc: dict, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+# (case, where ${VAR} goes, its value, the field path, what the line must say)
+ENV_CASES = [
+    ("var-climbs-out-of-root", ("uri", "file://${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"), "/srv/ctr/../../etc",
+     "spec.dataset.streams[0].sources[0].uri", "expected a URI without '..' segments"),
+    ("var-switches-scheme", ("uri", "${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"), "ftp://evil.example",
+     "spec.dataset.streams[0].sources[0].uri", "expected a URI with scheme file://"),
+    ("var-with-newline-in-uri", ("uri", "file://${DATA}/impressions/{YYYY}/"), "/srv/ctr\nX-Injected: 1",
+     "spec.dataset.streams[0].sources[0].uri", "expected environment variable DATA without control characters"),
+    ("var-with-newline-in-name", ("name", "${DATA}"), "ctr\nevil",
+     "metadata.name", "expected environment variable DATA without control characters, found '\\n' at character 3"),
+    ("var-with-newline-in-topic", ("topic", "${DATA}"), "ctr-events\n",
+     "spec.dataset.streams[1].sources[0].kafka.topic", "expected environment variable DATA without control characters"),
+    ("var-with-nul-in-root", ("root", "${DATA}"), "/var/lib/primus\x00/etc",
+     "spec.storage.root", "expected environment variable DATA without control characters"),
+    ("var-makes-topic-a-path", ("topic", "${DATA}"), "../../ctr-events",
+     "spec.dataset.streams[1].sources[0].kafka.topic", "expected a Kafka topic name of [A-Za-z0-9._-]"),
+    ("var-escapes-success-marker", ("marker", "${DATA}"), "../../../etc/passwd",
+     "spec.dataset.streams[0].sources[0].success_marker", "expected a file name inside the partition directory"),
+]  # fmt: skip
+
+
+def _place(doc: dict, where: str, template: str) -> None:
+    if where == "uri":
+        _source(doc)["uri"] = template
+    elif where == "name":
+        doc["metadata"]["name"] = template
+    elif where == "topic":
+        doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"]["topic"] = template
+    elif where == "root":
+        doc["spec"]["storage"] = {"root": template}
+    elif where == "marker":
+        _source(doc)["success_marker"] = template
+
+
+@pytest.mark.parametrize(("place", "value", "path", "says"), [c[1:] for c in ENV_CASES], ids=[c[0] for c in ENV_CASES])
+def test_hostile_variable_values_are_refused_at_the_field(tmp_path, place, value, path, says):
+    doc = _doc()
+    _place(doc, *place)
+    spec = _write(tmp_path, doc)
+    for warnings in (None, []):  # also when unset variables are only warnings (`primus validate`)
+        with pytest.raises(SpecError) as caught:
+            load_job(spec, env={"DATA": value}, warnings=warnings)
+        lines = str(caught.value).splitlines()
+        assert any(line.startswith(f"{spec}: {path}: {says}") for line in lines), lines
+
+
+def test_a_variable_is_expanded_once_not_again(tmp_path):
+    """A value that itself looks like ${SECRET} stays literal: no second expansion leaks SECRET."""
+    doc = _doc()
+    doc["metadata"]["labels"] = {"team": "${TEAM}"}
+    job = load_job(_write(tmp_path, doc), env={"TEAM": "${SECRET}", "SECRET": "hunter2"})
+    assert job.metadata.labels == {"team": "${SECRET}"}
+
+
+def test_a_password_with_a_newline_is_refused_without_showing_it(tmp_path):
+    doc = _doc()
+    doc["spec"]["storage"] = {"database": "postgresql+psycopg2://primus:${DB_PASSWORD}@db:5432/primus"}
+    with pytest.raises(SpecError) as caught:
+        load_job(_write(tmp_path, doc), env={"DB_PASSWORD": "s3cr3t-pw\n"})
+    assert "spec.storage.database: expected environment variable DB_PASSWORD without control characters" in str(
+        caught.value
+    )
+    assert "s3cr3t" not in str(caught.value)
+
+
+YAML_CASES = [
+    ("alias-bomb", "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]),
+     "(document): expected at most 100000 values (YAML aliases are expanded)"),
+    ("python-tag-runs-nothing", "!!python/object/apply:os.system ['touch {tmp}/pwned']",
+     "line 1, column 1: expected valid YAML, found could not determine a constructor"),
+    ("not-a-mapping", "- apiVersion\n- kind\n", "(document): expected a mapping with apiVersion, kind, metadata, spec, found list"),
+    ("empty-file", "", "(document): expected a mapping with apiVersion, kind, metadata, spec, found NoneType"),
+    ("broken-yaml", "apiVersion: [unclosed\n", "line 2, column 1: expected valid YAML"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "says"), [c[1:] for c in YAML_CASES], ids=[c[0] for c in YAML_CASES])
+def test_hostile_yaml_is_one_line(tmp_path, text, says):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(text.replace("{tmp}", str(tmp_path)))
+    with pytest.raises(SpecError) as caught:
+        load_job(spec, env={})
+    assert str(caught.value) == f"{spec}: {says}" or str(caught.value).startswith(f"{spec}: {says}")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_binary_file_and_directory_are_named(tmp_path):
+    binary = tmp_path / "job.yaml"
+    binary.write_bytes(b"apiVersion: \xff\xfe\x00garbage")
+    with pytest.raises(
+        SpecError, match=r"job.yaml: \(file\): expected a UTF-8 text file, found byte 0xff at offset 12"
+    ):
+        load_job(binary, env={})
+    with pytest.raises(SpecError, match=r": \(file\): expected a readable YAML file, found Is a directory"):
+        load_job(tmp_path, env={})
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "primus_lib.cli.main", *args]
+    return subprocess.run(command, env=env or dict(os.environ), capture_output=True, text=True, timeout=120)
+
+
+def test_validate_reports_every_hostile_spec_one_line_each(tmp_path):
+    specs = [str(CORPUS / f"{name}.yaml") for name in HOSTILE_CORPUS]
+    doc = _doc()
+    _place(doc, "uri", "file://${DATA}/impressions/{YYYY}/")
+    specs.append(str(_write(tmp_path, doc, "env.yaml")))
+    env = {**os.environ, "DATA": "/srv/../../etc"}
+    done = _cli("validate", *specs, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    lines = done.stderr.splitlines()
+    for spec in specs:
+        mine = [line for line in lines if line.startswith(f"{spec}: ")]
+        assert mine, f"nothing about {spec}"
+        assert all(": expected " in line and ", found " in line for line in mine), mine
+    assert len(lines) == sum(1 for line in lines if any(line.startswith(f"{s}: ") for s in specs))
+
+
+@pytest.mark.parametrize("command", ["plan", "eval"])
+def test_commands_refuse_a_hostile_spec_before_touching_anything(tmp_path, command):
+    spec = CORPUS / "uri-dotdot.yaml"
+    extra = {"plan": ["--dry-run"], "eval": ["--out", str(tmp_path / "out")]}[command]
+    done = _cli(command, str(spec), *extra, env={**os.environ, "PRIMUS_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"{spec}: spec.dataset.streams[0].sources[0].uri: expected a URI without '..' segments (name the directory "
+        "itself, absolute), found 'file:///data/impressions/../../../etc/{YYYY}/'"
+    ]
+    assert not (tmp_path / "home").exists() and not (tmp_path / "out").exists()
+
+
+def test_plan_refuses_a_bad_instant_in_one_line(tmp_path):
+    spec = _write(tmp_path, copy.deepcopy(_doc()))
+    done = _cli("plan", str(spec), "--dry-run", "--start", "yesterday")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        done.stderr.strip()
+        == "primus plan: --start: expected an ISO instant like 2026-11-01T00:00:00Z, got 'yesterday'"
+    )
