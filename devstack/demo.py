@@ -81,6 +81,8 @@ def _delete_topics(job: PrimusJob) -> list[str]:
             admin = AdminClient({"bootstrap.servers": source.kafka.bootstrap_servers})
             existing = set(admin.list_topics(timeout=10).topics)
             names = [t for t in (source.kafka.topic, f"{source.kafka.topic}.dlq") if t in existing]
+            if not names:  # a fresh broker: nothing to delete
+                continue
             for name, future in admin.delete_topics(names, operation_timeout=30).items():
                 future.result()
                 deleted.append(name)
