@@ -167,7 +167,15 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
         sinks = []
         for stream in job.batch_streams:
             with TaskGroup(group_id=stream.name, tooltip=f"batch stream {stream.name}"):
-                join = PrimusJoinerOperator(task_id="join", spec_path=spec_path, stream=stream.name)
+                # join and sink are idempotent (a window commits and is queued once): a worker lost
+                # mid-task (a scheduler or node failure) is retried instead of failing the window
+                join = PrimusJoinerOperator(
+                    task_id="join",
+                    spec_path=spec_path,
+                    stream=stream.name,
+                    retries=2,
+                    retry_delay=timedelta(seconds=10),
+                )
                 for source in stream.sources:
                     planned = PrimusDataSourceOperator(
                         task_id=f"source_{source.name}",
@@ -188,7 +196,14 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                         retry_delay=timedelta(seconds=10),
                     ).expand(data_task=planned.output)
                     executed >> join
-                sink = PrimusSinkOperator(task_id="sink", spec_path=spec_path, job_name=job.name, stream=stream.name)
+                sink = PrimusSinkOperator(
+                    task_id="sink",
+                    spec_path=spec_path,
+                    job_name=job.name,
+                    stream=stream.name,
+                    retries=2,
+                    retry_delay=timedelta(seconds=10),
+                )
                 join >> sink
                 sinks.append(sink)
         train = PrimusTrainerOperator(

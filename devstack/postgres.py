@@ -91,11 +91,11 @@ class Postgres:
     def start(self, timeout: float = 60.0) -> None:
         created = self.init()
         env, user = self._env_and_user()
-        # A development database: durable on a clean stop (the shutdown checkpoint), not on power loss.
+        # PostgreSQL's durable defaults (fsync, synchronous_commit): the ledger and the training queue
+        # live here, and a crash must not lose a commit a worker was told about (tests/reliability).
         args = [str(bindir() / "postgres"), "-D", str(self.data), "-p", str(self.port),
                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
-                "-c", "max_connections=200", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                "-c", "shared_buffers=64MB"]  # fmt: skip
+                "-c", "max_connections=200", "-c", "shared_buffers=64MB"]  # fmt: skip
         self.daemon.log.parent.mkdir(parents=True, exist_ok=True)
         self.daemon.spawn(args, env, cwd=self.root, **user)
         self.daemon.wait_ready(self.ready, timeout)

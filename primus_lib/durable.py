@@ -4,7 +4,8 @@ files with checksums.
 A commit point (a rename) is only durable once what it names and the directory holding it
 have reached the disk; these helpers are shared by shards, staged task outputs, checkpoints
 and progress.json. pyarrow is imported only by ``ipc_bytes``/``write_ipc``: the light readers of job state
-(the Airflow trigger, DAG parsing) import this module too.
+(the Airflow trigger, DAG parsing) import this module too. A write that fails without naming its
+file (a full disk: ENOSPC, a quota, EIO) is re-raised naming it (``naming``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,25 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+@contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an OSError that names no file (``write``'s "No space left on device") with ``path``
+    in it, so the operator learns which filesystem is full."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -35,7 +50,7 @@ def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
+        with naming(path), open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -59,7 +74,7 @@ def ipc_bytes(table: pa.Table) -> pa.Buffer:
 def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
     """Write ``table`` as an Arrow IPC file (fsynced unless told not to); return its sha256."""
     data = ipc_bytes(table)
-    with open(path, "wb") as handle:
+    with naming(path), open(path, "wb") as handle:
         handle.write(data)
         if fsync:
             handle.flush()

@@ -7,21 +7,96 @@ NameNode from the URI or ``PRIMUS_WEBHDFS_URL``). Local paths keep their rename-
 (``durable.py``); on a remote location the writers of windows, checkpoints and metric snapshots
 commit by writing the data parts first under unique names and a small commit file LAST
 (``put_atomic``: one PUT on S3, which has no rename and never shows half an object; temp file +
-rename on HDFS). Readers trust only what a commit file names and verify it.
+rename on HDFS). Readers trust only what a commit file names and verify it. A store that is
+unreachable or answers "try again" (a restart, 5xx, SlowDown) costs each remote call a bounded wait
+(``PRIMUS_STORAGE_RETRY_S``, 120 s by default), then a ``StorageUnavailable`` naming the object;
+a store this process never reached (a wrong endpoint) fails at once.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 REMOTE_SCHEMES = ("s3", "webhdfs")
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+# What the AWS SDK (through pyarrow) and the WebHDFS client say when the store is away or busy.
+_TRANSIENT = ("NETWORK_CONNECTION", "curlCode", "SERVICE_UNAVAILABLE", "SLOW_DOWN", "INTERNAL_FAILURE",
+              "REQUEST_TIMEOUT", "THROTTLING", "Connection refused", "Couldn't connect", "timed out",
+              "HTTP response code: 5", "Max retries exceeded")  # fmt: skip
+
+
+_REACHED: set[int] = set()  # id() of the (cached, shared) filesystems that answered once
+
+
+class StorageUnavailable(OSError):
+    """The object store stayed unreachable (or kept answering "try again") past the retry bound."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | IsADirectoryError):
+        return False
+    return isinstance(exc, ConnectionError | TimeoutError) or (
+        isinstance(exc, OSError) and any(mark in str(exc) for mark in _TRANSIENT)
+    )
+
+
+def _retried(call: Callable[P, R]) -> Callable[P, R]:
+    """A remote call asked again while the store is away, up to ``PRIMUS_STORAGE_RETRY_S``. Every
+    wrapped call is safe to repeat: a PUT replaces the whole object, a read or delete changes nothing
+    more the second time."""
+
+    @functools.wraps(call)
+    def run(self: StorageLocation, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound = float(os.environ.get("PRIMUS_STORAGE_RETRY_S", "120"))
+
+        def outage(exc: BaseException) -> bool:
+            return _transient(exc) and id(self.fs) in _REACHED
+
+        retrying = Retrying(
+            retry=retry_if_exception(outage),
+            stop=stop_after_delay(bound),
+            wait=wait_exponential(multiplier=0.1, max=3.0),
+            before_sleep=lambda state: log.warning(
+                "%s: %s failed (%s), attempt %d; retrying", self, call.__name__,
+                _first_line(state.outcome.exception()), state.attempt_number,
+            ),
+            reraise=True,
+        )  # fmt: skip
+        try:
+            for attempt in retrying:
+                with attempt:
+                    result = call(self, *args, **kwargs)
+                    _REACHED.add(id(self.fs))
+                    return result
+        except OSError as exc:
+            if not outage(exc):
+                raise
+            raise StorageUnavailable(
+                f"{self}: {call.__name__} failed for {bound:.0f}s (PRIMUS_STORAGE_RETRY_S), the store is "
+                f"unreachable: {_first_line(exc)}"
+            ) from None
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    return run  # type: ignore[return-value]
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def scheme_of(uri: str) -> str:
@@ -70,6 +145,7 @@ class StorageLocation:
         return StorageLocation(self.fs, self.path.rstrip("/").rsplit("/", 1)[0], self.scheme, self.authority)
 
     # -- reading -------------------------------------------------------------------------------
+    @_retried
     def read_bytes(self) -> bytes:
         """The object's bytes; FileNotFoundError when it does not exist."""
         import pyarrow.fs as pafs
@@ -82,11 +158,13 @@ class StorageLocation:
     def read_text(self) -> str:
         return self.read_bytes().decode("utf-8")
 
+    @_retried
     def exists(self) -> bool:
         import pyarrow.fs as pafs
 
         return self.fs.get_file_info(self.path).type != pafs.FileType.NotFound
 
+    @_retried
     def list(self) -> list[Entry]:
         """The children of this directory (prefix), sorted by name; [] when there is none."""
         import pyarrow.fs as pafs
@@ -100,6 +178,7 @@ class StorageLocation:
         return sorted(entries, key=lambda e: e.name)
 
     # -- writing -------------------------------------------------------------------------------
+    @_retried
     def write_bytes(self, data: bytes) -> None:
         """Write the object (visible whole on S3 once the PUT completes; not atomic on HDFS)."""
         if self.scheme != "s3":  # S3 has no directories; HDFS wants the parent
@@ -123,6 +202,7 @@ class StorageLocation:
             tmp.delete()
             raise
 
+    @_retried
     def delete(self) -> None:
         """Remove this file or directory tree; nothing happens when it is gone already."""
         import pyarrow.fs as pafs

@@ -7,16 +7,22 @@ and never closes the parent's). SQLite: no pool (a connection per transaction, W
 ``BEGIN IMMEDIATE`` for writers, as the ledger always did). PostgreSQL: a small pool (connections
 are checked out for one transaction only, pinged before reuse), READ COMMITTED; the writers that
 need more take row locks (``FOR UPDATE [SKIP LOCKED]``), ``ON CONFLICT`` or a table lock.
-Passwords never appear in errors or reprs.
+Passwords never appear in errors or reprs. A PostgreSQL server that restarts or fails over costs
+the callers of ``retried`` operations a wait (bounded: ``PRIMUS_DB_RETRY_S``, 120 s by default),
+not an error: the whole transaction runs again on a fresh connection. A server never reached by
+this process (a wrong URL, nothing listening) fails at once.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -35,9 +41,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex, CreateTable
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from primus_lib.spec.job import mask_database_url
 
@@ -83,11 +90,74 @@ training_queue = Table(
 _SCHEMA_LOCK = 0x5052494D5553  # pg_advisory_xact_lock key: one schema creator at a time ("PRIMUS")
 _ENGINES: dict[tuple[int, str], Engine] = {}
 _SCHEMA_READY: set[tuple[int, str]] = set()
+_REACHED: set[int] = set()  # id() of the PostgreSQL engines that have connected once
 _LOCK = threading.Lock()
 
 
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 class DatabaseError(RuntimeError):
-    """The job's database cannot be reached or used; the message names it without its password."""
+    """The job's database cannot be reached or used; the message names it without its password.
+    ``transient``: a PostgreSQL server this process was connected to refused a new connection
+    (restarting, failing over)."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
+def retry_seconds() -> float:
+    return float(os.environ.get("PRIMUS_DB_RETRY_S", "120"))
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """A connection that could not be made or was lost (a server restart): worth a new attempt.
+    SQLite's errors (locked, no such table) are not: they are answers, not outages."""
+    if isinstance(exc, DatabaseError):
+        return exc.transient
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def retried(operation: Callable[P, R]) -> Callable[P, R]:
+    """Run ``operation`` (one or more whole transactions) again while the database connection is
+    lost, for up to ``retry_seconds()``; then a DatabaseError naming the outage. Only for
+    operations that are safe to repeat (they check the state they change)."""
+
+    @functools.wraps(operation)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = retry_seconds()
+        retrying = Retrying(
+            retry=retry_if_exception(_lost_connection),
+            stop=stop_after_delay(bound),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            before_sleep=lambda state: log.warning(
+                "database connection lost (%s), attempt %d; retrying",
+                _first_line(state.outcome.exception()),
+                state.attempt_number,
+            ),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return operation(*args, **kwargs)
+        except (DatabaseError, DBAPIError) as exc:
+            if not _lost_connection(exc):
+                raise
+            raise DatabaseError(
+                f"the database stayed unreachable for {bound:.0f}s (PRIMUS_DB_RETRY_S): {_first_line(exc)}"
+            ) from None
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    return run
+
+
+def _first_line(exc: BaseException | None) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return mask_database_url(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__)
 
 
 def database_url(location: Location) -> URL:
@@ -145,6 +215,7 @@ def dispose(location: Location) -> None:
         engine = _ENGINES.pop(key, None)
         _SCHEMA_READY.discard(key)
     if engine is not None:
+        _REACHED.discard(id(engine))
         engine.dispose()
 
 
@@ -174,6 +245,7 @@ def _sqlite_connect(dbapi_connection, _record) -> None:
     dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
+@retried
 def open_database(location: Location) -> Engine:
     """The engine of ``location``, with the ledger's and the queue's tables in place."""
     engine = engine_for(location)
@@ -199,8 +271,12 @@ def transaction(engine: Engine, *, write: bool = True) -> Iterator[Connection]:
     serialized; on PostgreSQL the statements lock what they need."""
     try:
         conn = engine.connect()
-    except OperationalError as exc:
-        raise DatabaseError(f"cannot connect to {describe(engine.url)}: {exc.orig}") from None
+    except OperationalError as exc:  # retried only where this process was connected before: a
+        # restarting server, not a wrong URL (which fails at once)
+        message = f"cannot connect to {describe(engine.url)}: {_first_line(exc)}"
+        raise DatabaseError(message, transient=id(engine) in _REACHED) from None
+    if id(engine) not in _REACHED and is_postgres(engine.url):
+        _REACHED.add(id(engine))
     with conn:
         if not is_postgres(conn):
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

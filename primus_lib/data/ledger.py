@@ -12,6 +12,8 @@ Concurrent writers (several planners, executors in many processes or machines): 
 serializes them (``BEGIN IMMEDIATE``); on PostgreSQL a claim locks the task it takes and skips
 those other claimers hold (``FOR UPDATE SKIP LOCKED``), every state change is conditional on the
 state it expects, and a window is planned once (``ON CONFLICT DO NOTHING`` on ``data_windows``).
+Every operation runs again when the PostgreSQL connection is lost (``db.retried``: a server
+restart); those whose first commit may have landed unseen (claim, succeed) recognise it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from primus_lib.data.db import (
     insert_many,
     insert_missing,
     open_database,
+    retried,
     shown,
     stream_tasks,
     transaction,
@@ -72,6 +75,7 @@ class TaskLedger:
         """Record a planned window and its tasks in one transaction; False if already planned."""
         return self.add_windows(stream, [(window, list(tasks))]) == 1
 
+    @retried
     def add_windows(self, stream: str, windows: list[tuple[str, list[DataTask]]]) -> int:
         """Record several planned windows in one transaction (the Sink of a planning chunk);
         windows already planned (also by a concurrent planner) are skipped. Returns how many were added."""
@@ -91,6 +95,7 @@ class TaskLedger:
             )
         return len(added)
 
+    @retried
     def tasks_by_window(self, stream: str, windows: list[str]) -> dict[str, list[DataTask]]:
         """The planned tasks of several windows in one query (cached task lists)."""
         if not windows:
@@ -104,11 +109,13 @@ class TaskLedger:
                 out[window].append(DataTask.from_json(body))
         return out
 
+    @retried
     def planned(self, stream: str, window: str) -> bool:
         query = select(1).where(data_windows.c.stream == stream, data_windows.c.window == window)
         with self._tx(write=False) as db:
             return db.execute(query).first() is not None
 
+    @retried
     def planned_windows(self, stream: str) -> list[str]:
         query = select(data_windows.c.window).where(data_windows.c.stream == stream).order_by(data_windows.c.window)
         with self._tx(write=False) as db:
@@ -117,6 +124,7 @@ class TaskLedger:
     def tasks(self, stream: str, window: str, source: str | None = None) -> list[DataTask]:
         return [r.task for r in self.records(stream, window, source)]
 
+    @retried
     def records(self, stream: str, window: str | None = None, source: str | None = None) -> list[TaskRecord]:
         query = select(T.body, T.state, T.attempts, T.executor, T.error, T.output).where(
             T.stream == stream, *_filters(window=window, source=source)
@@ -127,6 +135,7 @@ class TaskLedger:
             TaskRecord(DataTask.from_json(b), s, a, e, err, json.loads(o) if o else None) for b, s, a, e, err, o in rows
         ]
 
+    @retried
     def counts(self, stream: str | None = None) -> dict[str, int]:
         query = select(T.state, func.count()).where(*_filters(stream=stream)).group_by(T.state)
         with self._tx(write=False) as db:
@@ -134,6 +143,7 @@ class TaskLedger:
         return {state: found.get(state, 0) for state in (PENDING, RUNNING, SUCCEEDED, FAILED)}
 
     # -- executing ---------------------------------------------------------------------
+    @retried
     def heartbeat(self, executor: str) -> None:
         with self._tx() as db:
             upsert(db, data_executors, id=executor, heartbeat=time.time(), alive=1)
@@ -141,7 +151,8 @@ class TaskLedger:
     def claim(self, executor: str, stream: str | None = None, window: str | None = None) -> DataTask | None:
         """Hand the oldest pending task (time order) to ``executor``; None when none is pending.
         Concurrent claimers never get the same task: on PostgreSQL each locks the row it takes
-        and skips rows locked by the others."""
+        and skips rows locked by the others. A claim whose commit was cut off by a lost
+        connection is found again on the retry (its executor and its exact ``updated`` stamp)."""
         query = (
             select(T.id, T.body)
             .where(T.state == PENDING, *_filters(stream=stream, window=window))
@@ -151,20 +162,46 @@ class TaskLedger:
         )
         now = time.time()
         claimed = {"state": RUNNING, "attempts": T.attempts + 1, "executor": executor, "updated": now}
-        with self._tx() as db:
-            upsert(db, data_executors, id=executor, heartbeat=now, alive=1)
-            while (row := db.execute(query).first()) is not None:  # a row taken meanwhile: the next one
-                if db.execute(update(data_tasks).where(T.id == row.id, T.state == PENDING).values(claimed)).rowcount:
-                    return DataTask.from_json(row.body)
-            return None
+        mine = select(T.body).where(T.state == RUNNING, T.executor == executor, T.updated == now).limit(1)
+        tries = 0
+
+        @retried
+        def attempt() -> DataTask | None:
+            nonlocal tries
+            tries += 1
+            with self._tx() as db:
+                if tries > 1 and (body := db.scalar(mine)) is not None:  # the lost attempt did commit
+                    return DataTask.from_json(body)
+                upsert(db, data_executors, id=executor, heartbeat=now, alive=1)
+                while (row := db.execute(query).first()) is not None:  # a row taken meanwhile: the next one
+                    if db.execute(
+                        update(data_tasks).where(T.id == row.id, T.state == PENDING).values(claimed)
+                    ).rowcount:
+                        return DataTask.from_json(row.body)
+                return None
+
+        return attempt()
 
     def succeed(self, task_id: str, executor: str, output: dict | None = None) -> bool:
-        """Record success; False (and nothing changed) if the task was taken from ``executor``."""
+        """Record success; False (and nothing changed) if the task was taken from ``executor`` or
+        is done already, except when this call's own commit was cut off by a lost connection."""
         done = {"state": SUCCEEDED, "output": json.dumps(output) if output else None, "error": None}
-        mine = (T.id == task_id, T.executor == executor, T.state == RUNNING)
-        with self._tx() as db:
-            return db.execute(update(data_tasks).where(*mine).values({**done, "updated": time.time()})).rowcount == 1
+        mine = (T.id == task_id, T.executor == executor)
+        tries = 0
 
+        @retried
+        def attempt() -> bool:
+            nonlocal tries
+            tries += 1
+            with self._tx() as db:
+                changes = {**done, "updated": time.time()}
+                if db.execute(update(data_tasks).where(*mine, T.state == RUNNING).values(changes)).rowcount:
+                    return True
+                return tries > 1 and db.scalar(select(T.state).where(*mine)) == SUCCEEDED
+
+        return attempt()
+
+    @retried
     def fail(self, task_id: str, executor: str, error: str) -> str:
         """Record a failed attempt; the task goes back to pending unless attempts are used up."""
         mine = (T.id == task_id, T.executor == executor, T.state == RUNNING)
@@ -177,12 +214,14 @@ class TaskLedger:
             db.execute(update(data_tasks).where(*mine).values(changes))
             return state
 
+    @retried
     def release_executor(self, executor: str, reason: str = "executor released") -> int:
         """An executor is gone (scaled in, killed): its running tasks go back to pending."""
         with self._tx() as db:
             db.execute(update(data_executors).where(EX.id == executor).values(alive=0))
             return self._requeue(db, executor, reason)
 
+    @retried
     def reclaim_dead(self, now: float | None = None) -> int:
         """Running tasks of executors without a heartbeat for ``heartbeat_timeout`` go back to pending."""
         cutoff = (time.time() if now is None else now) - self.heartbeat_timeout
@@ -203,6 +242,7 @@ class TaskLedger:
             .values(state=state, executor=None, error=reason, updated=time.time())
         ).rowcount
 
+    @retried
     def retry_failed(self, stream: str, window: str | None = None) -> int:
         """An operator's manual retry: failed tasks back to pending with fresh attempts."""
         with self._tx() as db:
@@ -213,17 +253,20 @@ class TaskLedger:
             ).rowcount
 
     # -- stream tasks: assigned or not ----------------------------------------------------
+    @retried
     def assign_stream(self, stream: str, partition: str, executor: str | None) -> None:
         with self._tx() as db:
             at = time.time() if executor else None
             upsert(db, stream_tasks, stream=stream, partition=partition, executor=executor, assigned_at=at)
 
+    @retried
     def stream_assignments(self, stream: str) -> dict[str, str | None]:
         c = stream_tasks.c
         with self._tx(write=False) as db:
             rows = db.execute(select(c.partition, c.executor).where(c.stream == stream).order_by(c.partition))
             return dict(rows.tuples().all())
 
+    @retried
     def unassign_executor(self, executor: str) -> int:
         c = stream_tasks.c
         with self._tx() as db:

@@ -8,7 +8,9 @@ the newest committed window of the same stream is refused (global time order).
 Appends are serialized (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an EXCLUSIVE table lock, which
 readers pass): of two Sinks appending at once the second sees the first's window, so they cannot
 both pass the order check, and ``seq`` grows in commit order, so a reader polling with
-``after_seq`` never skips a window committed later with a smaller ``seq``.
+``after_seq`` never skips a window committed later with a smaller ``seq``. Both run again after
+a lost PostgreSQL connection (``db.retried``); an append repeated after an unseen commit finds
+its window queued and returns it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select
 
-from primus_lib.data.db import Location, as_location, lock_table, open_database, shown, training_queue, transaction
+from primus_lib.data.db import (
+    Location,
+    as_location,
+    lock_table,
+    open_database,
+    retried,
+    shown,
+    training_queue,
+    transaction,
+)
 
 Q = training_queue.c
 _COLUMNS = (Q.seq, Q.stream, Q.window, Q.path, Q.rows)  # a QueuedWindow
@@ -48,6 +59,7 @@ class TrainingQueue:
     def __repr__(self) -> str:
         return f"TrainingQueue({shown(self.ledger)})"  # no password
 
+    @retried
     def append(self, stream: str, window: str, path: str, rows: int) -> QueuedWindow:
         with transaction(self.engine) as db:
             lock_table(db, training_queue)
@@ -61,6 +73,7 @@ class TrainingQueue:
             seq = db.execute(training_queue.insert().values(values)).inserted_primary_key[0]
             return QueuedWindow(seq, stream, window, path, rows)
 
+    @retried
     def windows(self, stream: str | None = None, after_seq: int = 0) -> list[QueuedWindow]:
         query = _WINDOWS if stream is None else _STREAM_WINDOWS
         with transaction(self.engine, write=False) as db:

@@ -13,7 +13,9 @@ no mutable pointer: the parts are written into ``ckpt-<step>-<millis>-<nonce>/``
 ``checkpoint.json`` (each part's size and sha256) LAST, in one PUT. ``load_latest`` lists the
 directory and takes the newest checkpoint whose ``checkpoint.json`` exists and whose parts
 match it; a torn one (a writer killed before its checkpoint.json) is never read, and pruned
-once a newer checkpoint is committed.
+once a newer checkpoint is committed. A full disk fails the save with an OSError naming the
+file (torch.save is given an open file: on a path it reports only "unexpected pos"); the
+staging directory goes, and ``LATEST`` still names the previous checkpoint.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from primus_lib.durable import atomic_write, fsync_path, ipc_bytes, write_ipc
+from primus_lib.durable import atomic_write, fsync_path, ipc_bytes, naming, write_ipc
 from primus_lib.storage import StorageLocation, locate
 
 LATEST = "LATEST"
@@ -63,13 +65,15 @@ def save_checkpoint(
     staging = directory / f".{name}.tmp"
     staging.mkdir()
     try:
-        torch.save(state, staging / "state.pt")
+        with naming(staging / "state.pt"), open(staging / "state.pt", "wb") as handle:
+            torch.save(state, handle)
         files = {}
         for stream, table in pending.items():
             if table is not None and table.num_rows:
                 files[stream] = f"pending-{stream}.arrow"
                 write_ipc(staging / files[stream], table, fsync=False)  # fsynced below with the rest
-        (staging / "position.json").write_text(json.dumps({"step": step, "pending": files, **position}, indent=1))
+        with naming(staging / "position.json"):
+            (staging / "position.json").write_text(json.dumps({"step": step, "pending": files, **position}, indent=1))
         for child in staging.iterdir():
             fsync_path(child)
         fsync_path(staging)  # its entries, before the rename publishes them

@@ -24,11 +24,17 @@ class PrimusJoinerOperator(BaseOperator):
         self.stream = stream
 
     def execute(self, context: Any) -> Any:
+        from airflow.exceptions import AirflowFailException
+
         from primus_lib.data.executor import join_window
+        from primus_lib.data.sources.quality import WindowDataError
 
         start = window_of(context)
         job = load_spec(self.spec_path)
         with connection_env(job):
-            manifest = join_window(job, self.stream, start)
+            try:
+                manifest = join_window(job, self.stream, start)
+            except WindowDataError as exc:  # the data itself is wrong: a retry would read the same rows
+                raise AirflowFailException(str(exc)) from None
         self.log.info("joined %s window %s: %s", self.stream, start.isoformat(), manifest)
         return _summary(manifest)
