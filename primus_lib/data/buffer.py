@@ -149,6 +149,32 @@ class SampleBuffer:
             self._cond.notify_all()
             return dropped
 
+    def drop(self, partitions: set[str]) -> int:
+        """Drop the waiting rows of ``partitions`` (a stream executor no longer serving them);
+        returns how many. Rows without partitions stay."""
+        with self._cond:
+            dropped, kept = 0, deque()
+            for item in self._items:
+                if item.keys is None or item.offsets is None:
+                    kept.append(item)
+                    continue
+                names = np.asarray(item.keys[item.start :], dtype=object)
+                keep = ~np.isin(names, list(partitions))
+                gone = len(keep) - int(keep.sum())
+                if gone == 0:
+                    kept.append(item)
+                    continue
+                dropped += gone
+                if gone < len(keep):
+                    rows = np.flatnonzero(keep)
+                    batch = item.batch.slice(item.start).take(pa.array(rows))
+                    kept.append(_Item(batch, [item.keys[item.start + i] for i in rows],
+                                      item.offsets[item.start :][rows]))  # fmt: skip
+            self._items = kept
+            self._rows -= dropped
+            self._cond.notify_all()
+            return dropped
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -157,6 +183,11 @@ class SampleBuffer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def past(keys: list[str], offsets: np.ndarray) -> dict[str, int]:
+    """Per partition, the offset just past its rows among ``keys``/``offsets``."""
+    return {key: high + 1 for key, high in _per_key(keys, offsets, np.max).items()}
 
 
 def _per_key(keys: list[str], offsets: np.ndarray, reduce) -> dict[str, int]:

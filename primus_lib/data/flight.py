@@ -5,7 +5,8 @@ the server's wait); ``DoAction('stats')`` returns the buffer's length and utilis
 *tagged* server (the stream executor, ``executor/service.py``) adds two columns to every batch
 it hands out: ``__partition`` (dictionary-encoded ``topic/partition``) and ``__offset`` (the
 row's source offset), so the puller knows exactly which offsets it holds; further actions
-(``commit``, ``seek``, ...) take and return one JSON object each.
+(``commit``, ``seek``, ...) take and return one JSON object each. A server with *lanes* (a
+stream executor in rebalance mode) also takes ``rows=N;lane=R``: rows of lane R (trainer rank R).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from primus_lib.data.buffer import SampleBuffer
 PARTITION_COLUMN = "__partition"
 OFFSET_COLUMN = "__offset"
 Action = Callable[[dict], dict]
+LanePop = Callable[[int, int, float], "tuple[pa.RecordBatch, list[str], np.ndarray] | None"]
 
 
 def tag(batch: pa.RecordBatch, keys: list[str], offsets: np.ndarray) -> pa.RecordBatch:
@@ -66,20 +68,31 @@ class BufferFlightServer(flight.FlightServerBase):
         *,
         tagged: bool = False,
         actions: dict[str, Action] | None = None,
+        lanes: LanePop | None = None,
     ):
         super().__init__(location)
         self.buffer, self.schema, self.wait = buffer, schema, wait
-        self.tagged, self.actions = tagged, dict(actions or {})
+        self.tagged, self.actions, self.lanes = tagged, dict(actions or {}), lanes
 
     def do_get(self, context, ticket: flight.Ticket):
         text = ticket.ticket.decode()
-        if not text.startswith("rows="):
-            raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>'")
+        fields = dict(part.partition("=")[::2] for part in text.split(";"))
+        if "rows" not in fields or set(fields) - {"rows", "lane"}:
+            raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>' or 'rows=<n>;lane=<r>'")
         try:
-            rows = int(text[5:])
+            rows, lane = int(fields["rows"]), int(fields.get("lane", -1))
         except ValueError:
-            raise flight.FlightServerError(f"ticket {text!r}: expected 'rows=<n>' with an integer n") from None
-        if self.tagged:
+            raise flight.FlightServerError(f"ticket {text!r}: expected integers in 'rows=<n>;lane=<r>'") from None
+        if "lane" in fields:
+            if self.lanes is None:
+                raise flight.FlightServerError(f"ticket {text!r}: this server has no lanes (shuffle is not rebalance)")
+            try:
+                popped = self.lanes(lane, rows, self.wait)
+            except ValueError as exc:
+                raise flight.FlightServerError(f"ticket {text!r}: {exc}") from None
+            batch = None if popped is None else tag(*popped)
+            schema = tagged_schema(self.schema)
+        elif self.tagged:
             popped = self.buffer.pop_tagged(rows, timeout=self.wait)
             batch = None if popped is None else tag(*popped)
             schema = tagged_schema(self.schema)
@@ -116,15 +129,16 @@ class FlightBufferClient:
     def _call(self):
         return {} if self.options is None else {"options": self.options}
 
-    def pop(self, rows: int) -> pa.RecordBatch | None:
-        table = self.client.do_get(flight.Ticket(f"rows={rows}".encode()), **self._call()).read_all()
+    def pop(self, rows: int, lane: int | None = None) -> pa.RecordBatch | None:
+        ticket = f"rows={rows}" if lane is None else f"rows={rows};lane={lane}"
+        table = self.client.do_get(flight.Ticket(ticket.encode()), **self._call()).read_all()
         if table.num_rows == 0:
             return None
         return table.combine_chunks().to_batches()[0]
 
-    def pop_tagged(self, rows: int) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
-        """Rows of a tagged server with the partition and offset of each."""
-        batch = self.pop(rows)
+    def pop_tagged(self, rows: int, lane: int | None = None) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
+        """Rows of a tagged server with the partition and offset of each (of lane ``lane``)."""
+        batch = self.pop(rows, lane)
         return None if batch is None else untag(batch)
 
     def action(self, name: str, body: dict | None = None) -> dict:

@@ -14,13 +14,21 @@ dead trainer took but never checkpointed are served again to its successor (whic
 its checkpoint). ``commit(position)`` asks every executor to commit its partitions' offsets:
 called by the trainer after its checkpoint, never before.
 
-An executor gone for ``takeover_after`` seconds has its partitions adopted by a live one,
-starting at this reader's marks; when it is back the adopter releases them first. Serving a
-partition from two executors for a moment is harmless: each serves it contiguously from a start
-at or below the mark, and each offset is accepted once.
+Partition ownership follows the live membership: the reader deals its partitions over the
+executors it has attached, in index order (the k-th of n serves every n-th partition), and tells
+each its share with ``assign`` and this reader's marks, which is where a gained partition starts.
+An executor joining (a scale up, a restart) takes its share at once; one gone (a scale down, a
+crash) keeps its share for ``takeover_after`` seconds, then the others take it over. The losers
+are told first; serving a partition from two executors for a moment is harmless anyway: each
+serves it contiguously from a start at or below the mark, and each offset is accepted once.
 
 One trainer process pulls from each executor (a second one would rewind it with its seeks);
-under data parallelism rank r of n pulls the executors whose index is r modulo n.
+under data parallelism rank r of n pulls the executors whose index is r modulo n and owns every
+n-th partition (the executors list them all, in the same order); rows of another rank's
+partitions are dropped, so a partition never reaches two ranks. With ``shuffle="rebalance"``
+(the stream's spec) every rank pulls its own lane from every executor instead (``executor/lanes.py``:
+rows spread round-robin over the ranks by offset, so no rank starves on light partitions); rank 0
+deals the partitions, and each rank's position holds its own lane's marks.
 """
 
 from __future__ import annotations
@@ -54,8 +62,12 @@ class ExecutorStreamReader(StreamReader):
         rank: int = 0,
         size: int = 1,
         takeover_after: float = 3.0,
+        shuffle: str = "forward",
     ):
-        self.takeover_after = takeover_after  # seconds an executor may be gone before a peer adopts its partitions
+        if shuffle not in ("forward", "rebalance"):
+            raise ValueError(f"shuffle must be 'forward' or 'rebalance', got {shuffle!r}")
+        self.shuffle, self.lane = shuffle, (rank if shuffle == "rebalance" else None)
+        self.takeover_after = takeover_after  # seconds an executor may be gone before the others take its share
         self.rank, self.size = rank, size  # under data parallelism rank r pulls executors i with i % size == r
         self.discovery, self.pull_rows, self.retry, self.call_timeout = discovery, pull_rows, retry, call_timeout
         self.buffer_rows = buffer_rows
@@ -66,19 +78,22 @@ class ExecutorStreamReader(StreamReader):
         self._stop = threading.Event()
         self._pullers: dict[int, threading.Thread] = {}
         self._empty: dict[int, bool] = {}
-        self._owned: dict[int, list[str]] = {}  # executor -> its partitions (told on attach)
-        self._adopted: dict[int, int] = {}  # gone executor -> the one reading its partitions meanwhile
+        self._owned: dict[int, list[str]] = {}  # attached executor -> the partitions it serves (its answers)
+        self._universe: list[str] | None = None  # this rank's partitions, in dealing order (told on attach)
         self._seen: dict[int, float] = {}
         self._watcher: threading.Thread | None = None
+        self._deal_lock = threading.Lock()  # one dealing at a time (the watcher, a puller attaching)
         self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
         self.duplicates = 0  # rows dropped: at or below what was already accepted
         self.reconnects = 0
         self.commit_failures = 0
-        self.takeovers = 0
+        self.takeovers = 0  # executors gone for good: their share dealt to the others
+        self.assignments = 0  # ``assign`` calls that changed an executor's share
 
     def locations(self) -> dict[int, str]:
-        """This reader's executors (all of them in a world of one)."""
-        return {i: loc for i, loc in self.discovery.locations().items() if i % self.size == self.rank}
+        """This reader's executors (all of them in a world of one, or in rebalance mode)."""
+        found = self.discovery.locations()
+        return found if self.lane is not None else {i: loc for i, loc in found.items() if i % self.size == self.rank}
 
     # -- pulling ---------------------------------------------------------------------------
     def _ensure_started(self) -> None:
@@ -97,7 +112,7 @@ class ExecutorStreamReader(StreamReader):
             except Exception:
                 log.exception("executor discovery failed")
                 locations = {}
-            self._rebalance(locations)
+            self._deal(locations)
             for index, location in locations.items():
                 thread = self._pullers.get(index)
                 if thread is None or not thread.is_alive():
@@ -115,12 +130,20 @@ class ExecutorStreamReader(StreamReader):
             client = FlightBufferClient(location, timeout=self.call_timeout)
             with self._lock:
                 position = dict(self._fetched)
-            told = client.action("seek", {"position": position})
-            with self._lock:  # it may have restarted: whatever it had adopted is gone
+            told = client.action("seek", {"position": position, "lane": self.rank, "lanes": self.size})
+            if told.get("mode", self.shuffle) != self.shuffle:
+                log.error("executor %d at %s serves shuffle %r, this reader wants %r", index, location,
+                          told.get("mode"), self.shuffle)  # fmt: skip
+                stop.wait(self.retry * 10)
+                return
+            with self._lock:  # it may have restarted with its start-up share: the watcher deals again
                 self._owned[index] = list(told.get("partitions", []))
-                self._adopted = {gone: peer for gone, peer in self._adopted.items() if peer != index}
+                if told.get("all"):
+                    every = list(told["all"])
+                    self._universe = every if self.lane is not None else every[self.rank :: self.size]
+            self._deal(self.locations())
             while not stop.is_set():
-                got = client.pop_tagged(self.pull_rows)
+                got = client.pop_tagged(self.pull_rows, self.lane)
                 self._empty[index] = got is None
                 if got is None:
                     continue
@@ -147,6 +170,14 @@ class ExecutorStreamReader(StreamReader):
     ) -> tuple[pa.RecordBatch, list[str], np.ndarray] | None:
         """The rows past what was accepted already (per partition), and move the marks."""
         with self._lock:
+            if self.size > 1 and self.lane is None and self._universe is not None:
+                # forward: another rank's partitions (an executor's start-up share) never come here
+                mine = np.isin(np.asarray(keys, dtype=object), self._universe)
+                if not mine.all():
+                    if not mine.any():
+                        return None
+                    rows = np.flatnonzero(mine)
+                    batch, keys, offsets = batch.take(pa.array(rows)), [keys[i] for i in rows], offsets[rows]
             unique = set(keys)
             if len(unique) == 1:
                 keep = self._fresh(keys[0], offsets)
@@ -172,36 +203,36 @@ class ExecutorStreamReader(StreamReader):
         self._fetched[key] = max(mark, int(offsets.max()) + 1)
         return offsets > np.maximum(before, mark - 1)
 
-    def _rebalance(self, locations: dict[int, str]) -> None:
-        """A gone executor's partitions move to a live one after ``takeover_after`` seconds (from
-        this reader's marks, so nothing is skipped); when it is back, the adopter lets go first."""
-        now = time.monotonic()
-        for index in locations:
-            self._seen[index] = now
-        with self._lock:
-            owned, adopted = dict(self._owned), dict(self._adopted)
-        for index, keys in sorted(owned.items()):
-            peer = adopted.get(index)
-            if index in locations:
-                if peer is not None:
-                    if peer in locations:
-                        self._call(locations[peer], "release", {"partitions": keys})
-                    with self._lock:
-                        self._adopted.pop(index, None)
-                continue
-            if (peer is not None and peer in locations) or now - self._seen.get(index, now) < self.takeover_after:
-                continue
-            live = sorted(locations)
-            if not live or not keys:
-                continue
-            chosen = live[index % len(live)]
+    def _deal(self, locations: dict[int, str]) -> None:
+        """Deal this rank's partitions over the attached executors (index order, every n-th), each
+        told its share with the marks to start gained partitions at; losers first. An executor gone
+        for ``takeover_after`` seconds leaves the membership."""
+        with self._deal_lock:
+            now = time.monotonic()
+            for index in locations:
+                self._seen[index] = now
             with self._lock:
-                position = {k: self._fetched[k] for k in keys if k in self._fetched}
-            if self._call(locations[chosen], "adopt", {"partitions": keys, "position": position}) is not None:
-                log.warning("executor %d gone: executor %d reads its partitions %s meanwhile", index, chosen, keys)
-                with self._lock:
-                    self._adopted[index] = chosen
+                for index in [i for i in self._owned if now - self._seen.get(i, now) >= self.takeover_after]:
+                    log.warning("executor %d gone: its partitions %s go to the others", index, self._owned[index])
+                    del self._owned[index]
                     self.takeovers += 1
+                for index in [i for i in self._empty if i not in self._owned and i not in locations]:
+                    del self._empty[index]  # left for good: not waited for at the live edge
+                owned, universe = dict(self._owned), self._universe
+            if universe is None or not owned or (self.lane is not None and self.rank != 0):
+                return  # in rebalance mode rank 0 deals for all
+            members = sorted(set(owned) | set(locations))  # one found but not attached yet gets its share soon
+            share = {m: sorted(universe[k :: len(members)]) for k, m in enumerate(members)}
+            changed = [m for m in owned if m in locations and sorted(owned[m]) != share[m]]
+            for m in sorted(changed, key=lambda m: not set(share[m]) <= set(owned[m])):  # losers first
+                with self._lock:
+                    position = {k: self._fetched[k] for k in share[m] if k in self._fetched}
+                told = self._call(locations[m], "assign", {"partitions": share[m], "position": position})
+                if told is not None:
+                    with self._lock:
+                        if m in self._owned:
+                            self._owned[m] = list(told["partitions"])
+                    self.assignments += 1
 
     def _call(self, location: str, action: str, body: dict) -> dict | None:
         try:
@@ -251,7 +282,7 @@ class ExecutorStreamReader(StreamReader):
 
     def commit(self, position: Position) -> None:
         """Commit ``position`` through every executor (each commits its own partitions)."""
-        body = {"position": {str(k): int(v) for k, v in position.items()}}
+        body = {"position": {str(k): int(v) for k, v in position.items()}, "lane": self.rank, "lanes": self.size}
         done: set[str] = set()
         for index, location in sorted(self.locations().items()):
             try:
@@ -265,7 +296,7 @@ class ExecutorStreamReader(StreamReader):
                 log.warning("commit through executor %d at %s failed (the next checkpoint commits): %s",
                             index, location, exc)  # fmt: skip
         missing = sorted(set(body["position"]) - done)
-        if missing:
+        if missing and self.lane is None:  # rebalance: an offset is committed once every rank committed it
             log.warning("offsets of %s not committed this time (executor down)", missing)
 
     def executor_stats(self, action: str = "stats") -> dict[int, dict]:

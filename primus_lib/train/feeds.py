@@ -181,5 +181,6 @@ def stream_readers(
         if any(source.kafka is None for source in stream.sources):
             raise ValueError(f"stream {stream.name!r}: stream executors serve Kafka sources only")
     return {
-        s.name: [ExecutorStreamReader(discovery_for(job, s.name), rank=rank, size=size)] for s in job.stream_streams
+        s.name: [ExecutorStreamReader(discovery_for(job, s.name), rank=rank, size=size, shuffle=s.shuffle)]
+        for s in job.stream_streams
     }

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -81,3 +82,41 @@ def test_yarn_executors_are_found_through_the_shared_state_on_hdfs(yarn_cluster,
         backend.stop()
     # stopped: no executor is served (a clean stop withdraws its entry; one killed outright goes stale)
     wait_for(lambda: not discovery.entries(), 30, "the entries to be withdrawn", every=0.5)
+
+
+def test_scaling_yarn_executors_1_to_2_mid_stream_trains_every_sample_once(
+    yarn_cluster, kafka_broker, tmp_path, monkeypatch
+):
+    """The scaler's ``scale`` on YARN starts a second executor application; the trainer side deals
+    it half the partitions from its marks: every sample once."""
+    from tests.resources.test_executor_scaling import dealt, pull_until
+
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    topic = kafka_broker.new_topic(partitions=4)
+    everything = {f"{topic}/{p}" for p in range(4)}
+    produced = _produce(kafka_broker, topic, 800, 4, seed=31)
+    spec, job = _job(tmp_path, yarn_cluster, kafka_broker, topic)
+    doc = yaml.safe_load(Path(spec).read_text())
+    doc["spec"]["resources"]["roles"]["stream_executor"].update(replicas=1, min_replicas=1, max_replicas=2)
+    Path(spec).write_text(yaml.safe_dump(doc))
+    job = load_job(spec, env={})
+    discovery = SharedStateDiscovery(SharedStateDiscovery.for_stream(job, "realtime").directory, stale=STALE)
+    backend = YarnBackend(job, spec, roles=["stream_executor"])
+    reader = ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, takeover_after=STALE)
+    ids: list[str] = []
+    try:
+        backend.submit()
+        wait_for(lambda: len(discovery.entries()) == 1, 120, "one executor on HDFS")
+        ids += _pull(reader, 300, timeout=90)
+        reader.commit(reader.position())
+        backend.scale("stream_executor", 2)
+        more = _produce(kafka_broker, topic, 400, 4, seed=32, prefix="more-")  # waits in executor 0's buffer
+        wait_for(lambda: len(discovery.entries()) == 2, 120, "the second executor on HDFS")
+        pull_until(reader, ids, dealt(reader, 2, everything), "two executors sharing the partitions")
+        ids += _pull(reader, len(produced) + len(more) - len(ids), timeout=90)
+        assert _pull(reader, 1, timeout=2.0) == []
+        assert reader.position() == {f"{topic}/{p}": 300 for p in range(4)} and reader.assignments >= 1
+    finally:
+        reader.close()
+        backend.stop()
+    assert sorted(ids) == sorted(produced + more) and _once(ids)

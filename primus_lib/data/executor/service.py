@@ -14,14 +14,23 @@ tagged) hands out rows with their partition and offset, and answers actions:
   calls it when it attaches, so rows handed to a trainer that died before its checkpoint are
   served again. Kafka is not read before the first seek: whatever was read earlier would be
   dropped by it.
-- ``adopt {"partitions": [...], "position": {...}}`` / ``release {"partitions": [...]}``: read a
-  dead peer's partitions too (from the trainer's marks), until the peer is back. The trainer's
-  reader decides (``flight_client.py``).
-- ``stats`` (buffer fill, partitions, adopted, fetched position, committed), ``lag`` (consumer lag).
+- ``assign {"partitions": [...], "position": {...}}``: serve exactly these partitions from now on.
+  The trainer's reader decides from the live membership (``flight_client.py``): executor ``k`` of
+  the ``n`` it sees gets every ``n``-th partition, so a scale from 2 to 3 executors or a dead
+  executor moves partitions. A partition it loses stops being read and its waiting rows are
+  dropped; one it gains is read from ``position`` (the reader's marks: just past what it was
+  given), else the group's committed offsets. Serving a partition from two executors for a
+  moment is harmless: the reader accepts each offset once, and each serves it contiguously
+  from a start at or below the mark.
+- ``stats`` (buffer fill, partitions, fetched position, committed), ``lag`` (consumer lag).
 
-On start the executor resumes from the group's committed offsets where there are some (the
-spec's startup mode elsewhere). ``shuffle: rebalance`` is served as forward for now: one
-process cannot yet hand batches to another executor's buffer.
+``shuffle: rebalance``: one lane per trainer rank instead of one buffer (``lanes.py``): every
+rank pulls its lane (ticket ``rows=N;lane=R``) from every executor; ``seek`` and ``commit`` name
+the rank's ``lane`` and the world size ``lanes``.
+
+On start the executor serves every ``replicas``-th partition (its index's share) until told
+otherwise, from the group's committed offsets where there are some (the spec's startup mode
+elsewhere).
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
-from primus_lib.data.buffer import BufferClosed, SampleBuffer
+from primus_lib.data.buffer import BufferClosed, SampleBuffer, past
+from primus_lib.data.executor.lanes import Lanes
 from primus_lib.data.flight import BufferFlightServer
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.kafka import KafkaStreamReader, client_config, partition_key, retrying
@@ -74,7 +84,7 @@ def owned(partitions: list[tuple[int, int]], index: int, replicas: int) -> list[
 class _Runner:
     reader: KafkaStreamReader
     start: dict[str, int]  # the startup offsets (spec's mode), where the group has committed none
-    adopted: bool = False  # a dead peer's partitions, read until it is back
+    delivered: dict[str, int] = field(default_factory=dict)  # just past the rows put in the buffer since a seek
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopped: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -107,6 +117,7 @@ class ExecutorService:
         self.all_partitions = stream_partitions(job, stream)
         self.partitions = owned(self.all_partitions, index, replicas)
         self.buffer = SampleBuffer(capacity_rows)
+        self.lanes = Lanes(capacity_rows, seed=index) if self.mode == "rebalance" else None  # one per trainer rank
         self.runners: list[_Runner] = []
         self._admin = threading.RLock()  # actions that change or walk the runners
         try:
@@ -120,31 +131,40 @@ class ExecutorService:
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
         schema = sample_schema(job.spec.features, job_keys(job))
         actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
-                   "adopt": self._adopt, "release": self._release}  # fmt: skip
+                   "assign": self._assign}  # fmt: skip
         self.server = BufferFlightServer(
-            self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions
-        )
+            self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions,
+            lanes=None if self.lanes is None else self.lanes.pop,
+        )  # fmt: skip
         self.location = f"grpc://{advertise or host}:{self.server.port}"
 
     @property
     def keys(self) -> list[str]:
-        """This executor's own partitions (not the adopted ones)."""
-        return [key for r in self.runners if not r.adopted for key in r.reader.position()]
+        """The partitions this executor serves now."""
+        return sorted(key for r in self.runners for key in r.start)
+
+    @property
+    def all_keys(self) -> list[str]:
+        """Every partition of the stream, in the order shares are dealt."""
+        return [self._key(pair) for pair in self.all_partitions]
 
     def _key(self, pair: tuple[int, int]) -> str:
         return partition_key(self.spec.sources[pair[0]].kafka.topic, pair[1])  # type: ignore[union-attr]
 
-    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], adopted: bool = False) -> list[_Runner]:
-        """One reader per source over ``pairs``, at ``position`` / the committed offsets / startup."""
-        runners = []
+    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], kept: dict | None = None) -> list[_Runner]:
+        """One reader per source over ``pairs``: ``kept`` ones where they were, the others at
+        ``position`` / the committed offsets / startup (rebalance: no later than any lane needs)."""
+        runners, kept = [], kept or {}
         for i, source in enumerate(self.spec.sources):
             mine = [p for s, p in pairs if s == i]
             if mine:
                 reader = KafkaStreamReader(self.job, self.spec, source, partitions=mine)
-                runners.append(_Runner(reader, reader.position(), adopted))
-                reader.seek(
-                    {**self._committed(reader), **{k: v for k, v in position.items() if k in runners[-1].start}}
-                )
+                runners.append(_Runner(reader, reader.position()))
+                base = {**runners[-1].start, **self._committed(reader)}
+                target = {k: position.get(k, v) for k, v in base.items()}
+                if self.lanes is not None:
+                    target = {k: min(v, self.lanes.start_of(k, base[k])) for k, v in target.items()}
+                reader.seek({**target, **{k: v for k, v in kept.items() if k in base}})
         return runners
 
     def _spawn(self, runner: _Runner) -> None:
@@ -178,13 +198,16 @@ class ExecutorService:
                     offsets = runner.reader.last_offsets
                 if batch is None:
                     continue
-                while not self._stop.is_set() and not runner.stopped.is_set():  # full buffer: no polling
+                pieces = [(-1, (batch, *offsets))] if self.lanes is None else self.lanes.split(batch, *offsets)
+                while pieces and not self._stop.is_set() and not runner.stopped.is_set():  # full: no polling
                     with runner.lock:
                         if generation != self.generation:
                             break  # a seek rewound the reader: this batch is stale
-                        if self.buffer.put(batch, offsets, timeout=0.05):
-                            runner.rows += batch.num_rows
-                            break
+                        if self._put(*pieces[0]):
+                            pieces.pop(0)
+                            if not pieces:  # all of it in: kept partitions may resume past it
+                                runner.rows += batch.num_rows
+                                runner.delivered.update(past(*offsets))
             except BufferClosed:
                 return
             except Exception:
@@ -192,56 +215,80 @@ class ExecutorService:
                 log.exception("stream executor %s/%d: runner failed; retrying", self.stream_name, self.index)
                 time.sleep(1.0)
 
+    def _put(self, lane: int, piece: tuple) -> bool:
+        """Into the buffer (forward, lane -1) or a rank's lane (rebalance); False while full."""
+        if lane < 0:
+            return self.buffer.put(piece[0], piece[1:], timeout=0.05)
+        return self.lanes.put(lane, piece, 0.05)
+
     def _seek(self, body: dict) -> dict:
-        position = _position_of(body)
+        """Rewind to ``position`` (rebalance: lane ``lane`` of ``lanes`` wants it; the others keep
+        what they still need)."""
+        position, lane, lanes = _position_of(body), int(body.get("lane", 0)), int(body.get("lanes", 1))
         with self._admin:
             for runner in self.runners:
                 runner.lock.acquire()
             try:
                 self.generation += 1
                 dropped = self.buffer.clear()
+                if self.lanes is not None:
+                    if lanes != self.lanes.count:
+                        self.lanes.reset(lanes)
+                    dropped += self.lanes.clear()
                 for runner in self.runners:
                     base = self._committed(runner.reader)
                     target = {k: position.get(k, base.get(k, off)) for k, off in runner.start.items()}
+                    if self.lanes is not None:
+                        target = self.lanes.rewind_to(
+                            lane, position, {k: base.get(k, off) for k, off in runner.start.items()}
+                        )
                     runner.reader.seek(target)
+                    runner.delivered.clear()
             finally:
                 for runner in self.runners:
                     runner.lock.release()
             self._attached.set()
-            return {"position": self._position(), "dropped": dropped, "partitions": self.keys}
+            return {"position": self._position(), "dropped": dropped, "partitions": self.keys, "all": self.all_keys,
+                    "mode": self.mode}  # fmt: skip
 
-    def _adopt(self, body: dict) -> dict:
-        """Read a dead peer's partitions too, from ``position`` (the trainer's marks) or the
-        committed offsets. Serving a partition twice for a while is harmless: the trainer side
-        accepts each offset once, and every executor's rows of a partition are contiguous from
-        a start at or below its mark."""
+    def _assign(self, body: dict) -> dict:
+        """Serve exactly ``partitions``: stop the runners of partitions no longer wanted (their
+        waiting rows are dropped; kept partitions reopen where they were), open the new ones at
+        ``position`` (the reader's marks) or the committed offsets."""
         wanted = {str(k) for k in body.get("partitions") or []}
+        unknown = sorted(wanted - set(self.all_keys))
+        if unknown:
+            raise ValueError(f"assign: {unknown} are not partitions of stream {self.stream_name!r}")
         with self._admin:
-            self._release({"partitions": sorted(wanted)})
-            pairs = [
-                pair for pair in self.all_partitions if self._key(pair) in wanted and self._key(pair) not in self.keys
-            ]
-            runners = self._open(pairs, _position_of(body), adopted=True)
-            self.runners += runners
-            for runner in runners:
-                self._spawn(runner)
-            return {"adopted": sorted(k for r in runners for k in r.start)}
-
-    def _release(self, body: dict) -> dict:
-        """Stop reading adopted partitions (their owner is back); their rows already buffered stay."""
-        wanted = {str(k) for k in body.get("partitions") or []}
-        with self._admin:
-            going = [r for r in self.runners if r.adopted and wanted & set(r.start)]
+            if wanted == set(self.keys):
+                return {"partitions": self.keys, "dropped": 0}
+            going = [r for r in self.runners if set(r.start) - wanted]
+            kept: dict[str, int] = {}
             for runner in going:
                 runner.stopped.set()
                 if runner.thread is not None:
                     runner.thread.join(5)
-                runner.reader.close()
+                with runner.lock:  # a batch polled but not put is gone: kept partitions resume past the buffer
+                    kept.update({k: v for k, v in runner.delivered.items() if k in wanted})
+                    runner.reader.close()
                 self.runners.remove(runner)
-            return {"released": sorted(k for r in going for k in r.start)}
+            gone = {k for r in going for k in r.start} - wanted
+            dropped = (self.buffer.drop(gone) + (self.lanes.drop(gone) if self.lanes else 0)) if gone else 0
+            served = set(self.keys)
+            pairs = [pair for pair in self.all_partitions if self._key(pair) in wanted - served]
+            runners = self._open(pairs, _position_of(body), kept)
+            self.runners += runners
+            for runner in runners:
+                self._spawn(runner)
+            log.info("stream executor %s/%d: serves %s (dropped %d rows of %s)", self.stream_name, self.index,
+                     self.keys, dropped, sorted(gone))  # fmt: skip
+            return {"partitions": self.keys, "dropped": dropped}
 
     def _commit(self, body: dict) -> dict:
+        """Commit ``position`` (rebalance: rank ``lane``'s; Kafka gets the lowest over the ranks)."""
         position = _position_of(body)
+        if self.lanes is not None:
+            position = self.lanes.committable(int(body.get("lane", 0)), position)
         done: dict[str, int] = {}
         with self._admin:
             for runner in self.runners:
@@ -253,6 +300,14 @@ class ExecutorService:
         self.committed.update(done)
         return {"committed": done}
 
+    @property
+    def filled(self) -> int:
+        return len(self.buffer) + (len(self.lanes) if self.lanes is not None else 0)
+
+    @property
+    def rows_in(self) -> int:
+        return self.buffer.rows_in + (self.lanes.rows_in if self.lanes is not None else 0)
+
     def _position(self) -> dict[str, int]:
         return {k: v for r in self.runners for k, v in r.reader.position().items()}
 
@@ -262,10 +317,10 @@ class ExecutorService:
             "replicas": self.replicas,
             "mode": self.mode,
             "partitions": self.keys,
-            "adopted": [k for r in self.runners if r.adopted for k in r.start],
             "position": self._position(),
             "committed": dict(self.committed),
-            "rows_in": self.buffer.rows_in,
+            "rows": self.filled,
+            "rows_in": self.rows_in,
             "capacity": self.buffer.capacity,
             "errors": sum(r.errors for r in self.runners),
         }
@@ -303,10 +358,10 @@ class ExecutorService:
         def loop() -> None:
             counted = 0
             while not self._stop.wait(every):
-                metrics.observe_buffer(len(self.buffer), self.buffer.capacity)
+                metrics.observe_buffer(self.filled, self.buffer.capacity)
                 guarded("executor process metrics", metrics.observe_process)
-                metrics.add_samples(self.buffer.rows_in - counted)
-                counted = self.buffer.rows_in
+                metrics.add_samples(self.rows_in - counted)
+                counted = self.rows_in
                 writer.write()
 
         thread = threading.Thread(target=loop, name="executor-metrics", daemon=True)
@@ -316,6 +371,8 @@ class ExecutorService:
     def stop(self) -> None:
         self._stop.set()
         self.buffer.close()
+        if self.lanes is not None:
+            self.lanes.close()
         if self.discovery is not None:
             self.discovery.unregister(self.index)
         self.server.shutdown()
