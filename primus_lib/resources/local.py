@@ -29,7 +29,7 @@ class LocalBackend(ResourceBackend):
             if alive(read_json(self.dir / "supervisor.json")):
                 return self.status()  # reattach: never a second supervisor
             self._kill_orphans()
-            write_json(self.dir / "job.json", self.job.model_dump(mode="json"))
+            write_json(self.dir / "job.json", _without_password(self.job))
             write_json(self.dir / "desired.json", {"spec_path": self.spec_path, "stop": False, "roles": {}})
             (self.dir / "table.json").unlink(missing_ok=True)
             log = open(self.dir / "supervisor.log", "ab")
@@ -116,3 +116,13 @@ class LocalBackend(ResourceBackend):
                         os.killpg(int(row["pid"]), signal.SIGKILL)
                     except (ProcessLookupError, PermissionError):
                         pass
+
+
+def _without_password(job) -> dict:
+    """The job for the supervisor's table (it never opens the ledger): the database password masked."""
+    from primus_lib.spec.job import mask_database_url
+
+    body = job.model_dump(mode="json")
+    if body["spec"]["storage"].get("database"):
+        body["spec"]["storage"]["database"] = mask_database_url(body["spec"]["storage"]["database"])
+    return body

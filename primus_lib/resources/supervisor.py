@@ -25,6 +25,7 @@ from primus_lib.resources import limits
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.table import identity, read_json, write_json
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import is_remote
 
 POLL_SECONDS = float(os.environ.get("PRIMUS_SUPERVISOR_POLL", "0.25"))
 METRICS_SECONDS = 30.0
@@ -308,6 +309,9 @@ class Supervisor:
         for role, index, count in rows:
             lines.append(f'{OOM_KILLS}{{primus_job="{self.job.name}",role="{role}",worker="{index}"}} {float(count)}')
         target = JobPaths.for_job(self.job).metrics_dir
+        if is_remote(target):  # an s3:// or webhdfs:// storage root: one PUT, never half a file
+            (target / "supervisor.prom").put_atomic(("\n".join(lines) + "\n").encode("utf-8"))
+            return
         target.mkdir(parents=True, exist_ok=True)
         tmp = target / ".supervisor.prom.tmp"
         tmp.write_text("\n".join(lines) + "\n")

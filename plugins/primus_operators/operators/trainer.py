@@ -97,7 +97,7 @@ class PrimusTrainerOperator(BaseOperator):
 
                 status = ensure_running(job, self.spec_path)
                 self.log.info("trainer backend: %s", status)
-        metrics = consumed_metrics(read_progress(progress_path), keys)
+            metrics = consumed_metrics(read_progress(progress_path), keys)  # remote: the connection's keys
         if metrics is not None:
             return self._record(context, start, metrics)
         if mode == "inline":
@@ -105,7 +105,12 @@ class PrimusTrainerOperator(BaseOperator):
         self.log.info("trainer running; deferring until it consumed %s", keys)
         self.defer(
             trigger=TrainerProgressTrigger(
-                progress_path, keys, poll_interval=self.poll_interval, timeout=self.timeout, spec_path=self.spec_path
+                progress_path,
+                keys,
+                poll_interval=self.poll_interval,
+                timeout=self.timeout,
+                spec_path=self.spec_path,
+                connection_id=job.spec.storage.connection_id,  # the id only: the triggerer resolves it
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout + 5 * self.poll_interval),

@@ -1,6 +1,10 @@
 """Wait in the triggerer until the trainer's checkpoint says it consumed a window.
 
-The file is read through ``primus_lib.progress``, the one module that knows its format.
+The file is read through ``primus_lib.progress``, the one module that knows its format. On
+remote storage the trigger carries only the storage connection's id (its kwargs are stored in
+Airflow's database): the triggerer resolves the connection itself (``BaseHook.aget_connection``)
+and reads with those credentials on an explicit filesystem, never through ``os.environ`` (one
+triggerer process runs the triggers of every job).
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class TrainerProgressTrigger(BaseTrigger):
         timeout: float = 6 * 3600.0,
         first_check_after: float = FIRST_CHECK_AFTER,
         spec_path: str | None = None,
+        connection_id: str | None = None,
     ):
         super().__init__()
         self.spec_path = spec_path
+        self.connection_id = connection_id
         self.first_check_after = first_check_after
         self.progress_path = progress_path
         self.keys = list(keys)
@@ -62,15 +68,21 @@ class TrainerProgressTrigger(BaseTrigger):
                 "timeout": self.timeout,
                 "first_check_after": self.first_check_after,
                 "spec_path": self.spec_path,
+                "connection_id": self.connection_id,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         deadline = time.monotonic() + self.timeout
         await asyncio.sleep(min(self.first_check_after, self.timeout))
+        try:
+            where = await self._location()
+        except Exception as exc:
+            yield TriggerEvent({"status": "error", "message": f"{self.progress_path}: {exc}", "windows": {}})
+            return
         while True:
             try:
-                progress = await asyncio.to_thread(read_progress, self.progress_path)
+                progress = await asyncio.to_thread(read_progress, where)
             except Exception as exc:
                 yield TriggerEvent({"status": "error", "message": f"{self.progress_path}: {exc}", "windows": {}})
                 return
@@ -97,6 +109,19 @@ class TrainerProgressTrigger(BaseTrigger):
                 return
             await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
 
+    async def _location(self) -> Any:
+        """The progress file: an S3 location with the connection's credentials, else the path."""
+        if not self.connection_id or not str(self.progress_path).startswith("s3://"):
+            return self.progress_path
+        from airflow.sdk import BaseHook
+
+        from primus_operators.hooks.storage import storage_env
+
+        conn = await BaseHook.aget_connection(self.connection_id)
+        extra = await conn.aextra_dejson()
+        env = storage_env(conn.conn_type or "", conn.host, conn.port, conn.login, conn.password, extra)
+        return s3_location(self.progress_path, env)
+
     async def _job_failure(self) -> str | None:
         if not self.spec_path:
             return None
@@ -107,3 +132,22 @@ class TrainerProgressTrigger(BaseTrigger):
         except Exception as exc:  # a status we cannot read is no verdict: keep waiting on progress
             log.warning("cannot read the job status of %s: %s", self.spec_path, exc)
             return None
+
+
+def s3_location(uri: str, env: dict[str, str]) -> Any:
+    """``uri`` (s3://BUCKET/KEY) on an S3 filesystem built from ``env`` (``storage_env``'s AWS_*)."""
+    from urllib.parse import urlsplit
+
+    import pyarrow.fs as pafs
+
+    from primus_lib.storage import StorageLocation
+
+    options: dict[str, Any] = {"region": env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    if env.get("AWS_ACCESS_KEY_ID"):
+        options.update(access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env.get("AWS_SECRET_ACCESS_KEY", ""))
+    endpoint = env.get("AWS_ENDPOINT_URL_S3")
+    if endpoint:
+        split = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        options.update(endpoint_override=split.netloc, scheme=split.scheme)
+    path = uri[len("s3://") :].rstrip("/")
+    return StorageLocation(pafs.S3FileSystem(**options), path, "s3", path.split("/", 1)[0])

@@ -13,13 +13,16 @@ UI's ``_token`` cookie, checked by the configured auth manager), so an anonymous
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from primus_operators.view import airflow_state
@@ -29,6 +32,18 @@ PAGE = (HERE / "page.html").read_text(encoding="utf-8")
 
 app = FastAPI(title="Primus view", description="Primus jobs: windows, metrics, scaling, DTGG")
 app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+
+@app.middleware("http")
+async def _no_control_characters(request, call_next):
+    """A dag_id with a NUL or another control character is refused with a clear 400 before any
+    lookup (the metadata database would fail on it with a 500)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in request.scope["path"]):
+        return JSONResponse({"detail": "path: control characters are not allowed in a dag_id"}, status_code=400)
+    return await call_next(request)
+
+
+_ENV_LOCK = threading.Lock()  # the process environment is shared: one job's connection settings at a time
 
 ReadDag = Depends(requires_access_dag("GET"))
 ReadRuns = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
@@ -53,7 +68,8 @@ def job(dag_id: str) -> dict[str, Any]:
     try:
         spec = load_spec(found.spec_path)
         runs = airflow_state.window_runs(dag_id)
-        return job_view(spec, runs, found.doc_md, airflow_state.pool_slots(pool_name(spec.name)))
+        with _job_connections(spec):  # remote state (s3://): read with the job's connection, as its tasks do
+            return job_view(spec, runs, found.doc_md, airflow_state.pool_slots(pool_name(spec.name)))
     except (OSError, ValueError) as exc:  # a spec or state file that cannot be read: say which
         raise HTTPException(422, f"{dag_id}: {exc}") from exc
 
@@ -66,6 +82,16 @@ def jobs_page() -> HTMLResponse:
 @app.get("/ui/{dag_id}", response_class=HTMLResponse, dependencies=[ReadRuns])
 def job_page(dag_id: str) -> HTMLResponse:
     return HTMLResponse(_page(dag_id))
+
+
+@contextlib.contextmanager
+def _job_connections(spec: Any) -> Iterator[None]:
+    """The job's connections (spec.storage.connection_id...) as the env primus_lib's storage reads,
+    set only while this request reads the job's state; the values never reach the answer."""
+    from primus_operators.hooks.env import applied_env, job_connection_env
+
+    with _ENV_LOCK, applied_env(job_connection_env(spec)):
+        yield
 
 
 def _page(dag_id: str) -> str:

@@ -7,10 +7,14 @@
   serviceName; the trainer lists its Endpoints (``primus_lib.resources.discovery``);
 - the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
 Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
+No secret in an object: the PrimusJob and the ConfigMap carry ``spec.storage.database`` with its
+password as ``${PRIMUS_DATABASE_PASSWORD}``, which the pods get from the Secret ``<job>-database``
+(key ``password``, made by whoever deploys the job: the controller may not read Secrets).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -32,6 +36,8 @@ PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
 EXECUTOR_ROLE = "stream_executor"
 FLIGHT_PORT = 8815  # every stream executor pod serves Arrow Flight here
 FLIGHT_PORT_NAME = "flight"
+DATABASE_PASSWORD_ENV = "PRIMUS_DATABASE_PASSWORD"
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
 
 
 def dns(name: str) -> str:
@@ -53,6 +59,35 @@ def executor_service_name(job: PrimusJob) -> str:
 
 def spec_configmap_name(job: PrimusJob) -> str:
     return f"{job.name}-spec"
+
+
+def database_secret_name(job: PrimusJob) -> str:
+    return f"{job.name}-database"
+
+
+def password_as_variable(url: str) -> str:
+    """``url`` with its password (user info after ``:``, or ``password=``) as ``${PRIMUS_DATABASE_PASSWORD}``,
+    which the spec loader expands in the pod (the last ``@`` ends the user info, as in the spec's mask)."""
+    variable = "${" + DATABASE_PASSWORD_ENV + "}"
+    head, sep, rest = url.partition("://")
+    auth, at, host = rest.rpartition("@")
+    if sep and at and ":" in auth:
+        rest = auth.split(":", 1)[0] + ":" + variable + "@" + host
+    return head + sep + _QUERY_PASSWORD.sub(lambda found: found.group(1) + variable, rest)
+
+
+def has_database_password(job: PrimusJob) -> bool:
+    url = job.spec.storage.database
+    return bool(url) and password_as_variable(url) != url
+
+
+def public_document(job: PrimusJob) -> dict[str, Any]:
+    """The job as JSON for the API server's objects: no database password in it."""
+    body = job.model_dump(mode="json", exclude_none=True)
+    storage = body["spec"].get("storage") or {}
+    if storage.get("database"):
+        storage["database"] = password_as_variable(storage["database"])
+    return body
 
 
 def labels(job: PrimusJob, role: str | None = None) -> dict[str, str]:
@@ -122,6 +157,9 @@ def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu
     spec = job.spec.resources.roles[role]
     env = [{"name": "PRIMUS_JOB", "value": job.name}, {"name": "PRIMUS_ROLE", "value": role},
            {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)}]  # fmt: skip
+    if has_database_password(job):  # the kubelet resolves it: the controller never reads the Secret
+        ref = {"name": database_secret_name(job), "key": "password"}
+        env.append({"name": DATABASE_PASSWORD_ENV, "valueFrom": {"secretKeyRef": ref}})
     container = {
         "name": "main", "image": spec.image or "primus:latest", "command": cmd, "env": env,
         "resources": resources(spec, cpu, memory), "securityContext": container_security(),
@@ -172,7 +210,7 @@ def quantities(change: dict[str, Any]) -> dict[str, Any]:
 
 
 def primusjob_object(job: PrimusJob, namespace: str) -> dict[str, Any]:
-    body = job.model_dump(mode="json", exclude_none=True)
+    body = public_document(job)
     body["metadata"] = {"name": job.name, "namespace": namespace, "labels": dict(job.metadata.labels)}
     roles = body["spec"]["resources"]["roles"]
     for name in roles:
@@ -181,7 +219,7 @@ def primusjob_object(job: PrimusJob, namespace: str) -> dict[str, Any]:
 
 
 def spec_configmap(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
-    text = yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    text = yaml.safe_dump(public_document(job), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(job, spec_configmap_name(job), None, owner_uid),
             "data": {"job.yaml": text}}  # fmt: skip
 
