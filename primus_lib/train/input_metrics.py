@@ -43,11 +43,15 @@ class InputMetrics:
         self.started = time.perf_counter()
         return self.started
 
-    def end(self, began: float, fed: float, trained: bool, full: bool) -> None:
+    def end(self, began: float, fed: float, trained: bool, full: bool, live: bool = False) -> None:
         """End of a loop iteration that began at ``began`` and finished bringing data in at ``fed``.
-        Time before ``fed`` is input wait when a step followed; a whole iteration without a step is."""
+        Time before ``fed`` is input wait when a step followed; a whole iteration without a step is,
+        unless the stream is ``live`` (every stream source at its live edge): then no executor has
+        data to give, more executors would not help, and the iteration is not counted at all."""
         now = time.perf_counter()
         total = now - began
+        if live and not trained:
+            return
         self.total += total
         self.wait += (fed - began) if trained else total
         if full:

@@ -102,6 +102,12 @@ class Inputs:
     def all_stream_feeds(self) -> list[StreamFeed]:
         return [f for fs in self.stream_feeds.values() for f in fs]
 
+    def stream_live(self) -> bool:
+        """Every stream source is at its live edge (a poll found nothing new): waiting now is idle
+        time of a caught-up trainer, not starvation (``InputMetrics.end``)."""
+        feeds = self.all_stream_feeds()
+        return bool(feeds) and all(f.caught_up for f in feeds)
+
     def local_watermark(self) -> int | None:
         """Where this process's stream is in time; None when no stream gates the batch.
 

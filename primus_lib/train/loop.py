@@ -274,7 +274,7 @@ class Trainer:
         stepped = full = False
         while True:
             if im is not None:  # the previous iteration, then this one's start
-                im.end(began, fed, stepped, full)
+                im.end(began, fed, stepped, full, live=self.inputs.stream_live())
                 began, full = im.begin(), im.queues_full()
             arrived = self.fill()
             fed = time.perf_counter()
