@@ -20,12 +20,13 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
-from primus_lib.durable import fsync_path, ipc_bytes, write_ipc
+from primus_lib.durable import fsync_path, ipc_bytes, naming
 from primus_lib.storage import StorageLocation, locate, unique_name
 
 MANIFEST = "manifest.json"
@@ -81,12 +82,15 @@ def write_window(
     staging = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex}"
     staging.mkdir()
     try:
-        shards = []
-        for index, offset in enumerate(range(0, max(table.num_rows, 1), rows_per_shard)):
-            part = table.slice(offset, rows_per_shard)
-            name = f"part-{index:05d}.arrow"
-            digest = write_ipc(staging / name, part)
-            shards.append(ShardInfo(name, part.num_rows, digest, (staging / name).stat().st_size))
+        # shard i's fsync (a wait on the disk, not CPU) runs on an I/O thread while shard i+1 is encoded
+        with ThreadPoolExecutor(max(1, pa.io_thread_count()), thread_name_prefix="primus-fsync") as syncs:
+
+            def write(job: tuple[int, pa.Table]) -> tuple[ShardInfo, Future]:
+                shard = _write_local(staging, *job)
+                return shard, syncs.submit(fsync_path, staging / shard.file)
+
+            written = _map(write, _parts(table, rows_per_shard))
+            shards = [shard for shard, synced in written if synced.result() is None]
         manifest = Manifest(stream, window, table.num_rows, seed, shards, extra or {})
         (staging / MANIFEST).write_text(manifest.to_json())
         fsync_path(staging / MANIFEST)  # the commit point's content must reach the disk before the rename
@@ -103,6 +107,29 @@ def write_window(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _parts(table: pa.Table, rows_per_shard: int) -> list[tuple[int, pa.Table]]:
+    return [(i, table.slice(o, rows_per_shard)) for i, o in enumerate(range(0, max(table.num_rows, 1), rows_per_shard))]
+
+
+def _map(fn, items: list) -> list:
+    """``fn`` over ``items`` in order, on ``pa.cpu_count()`` threads (IPC encoding, sha256, write and
+    fsync all release the GIL), so an executor allotted N cores commits on N."""
+    threads = min(pa.cpu_count(), len(items))
+    if threads <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(threads, thread_name_prefix="primus-shards") as pool:
+        return list(pool.map(fn, items))
+
+
+def _write_local(staging: Path, index: int, part: pa.Table) -> ShardInfo:
+    """One shard's bytes written (not yet fsynced: the caller does) and described."""
+    name = f"part-{index:05d}.arrow"
+    data = ipc_bytes(part)
+    with naming(staging / name), open(staging / name, "wb") as handle:
+        handle.write(data)
+    return ShardInfo(name, part.num_rows, hashlib.sha256(data).hexdigest(), data.size)
 
 
 def _write_remote(directory: StorageLocation, table: pa.Table, stream: str, window: str, seed: int,

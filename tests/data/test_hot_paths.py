@@ -9,9 +9,12 @@ import pytest
 
 from primus_lib.data.dtgg import plan_source
 from primus_lib.data.executor import execute_task, join_window
-from primus_lib.data.executor.join import _ordered_join, shuffle
+from primus_lib.data.executor.join import _ordered_join, joined_view, shuffle, window_seed
+from primus_lib.data.executor.task import read_staged, staging_path
 from primus_lib.data.schema import hash_buckets
+from primus_lib.data.shards import read_window
 from primus_lib.data.sources.decode import hash_ids
+from primus_lib.paths import JobPaths, window_id
 from tests.data.helpers import T0, job_doc, make_job, write_layout
 
 MASK = (1 << 64) - 1
@@ -80,7 +83,7 @@ def test_stage_timings_are_reported_for_the_real_pipeline(tmp_path):
             execute_task(job, task, timings=timings)
     manifest = join_window(job, "history", T0, timings=timings)
     assert manifest.rows == 100
-    assert set(timings) == {"read_decode", "stage", "read", "join", "shuffle", "commit"}
+    assert set(timings) == {"read_decode", "stage", "metrics", "read", "join", "shuffle", "commit"}
     assert all(seconds > 0 for seconds in timings.values())  # every phase was timed
 
 
@@ -107,3 +110,33 @@ def test_lookup_join_equals_the_general_join(how, right_keys):
     left = pa.table({"k": ["a", "b", "c", "b", None], "x": [1, 2, 3, 4, 5]})
     right = pa.table({"k": pa.array(right_keys, pa.string()), "y": np.arange(len(right_keys), dtype=np.int64)})
     assert _ordered_join(left, right, ["k"], how).equals(_general_join(left, right, how))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("files", [1, 3])
+def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, files):
+    """The joined view gathers the shuffled rows straight from the staged inputs (one chunk or
+    many, columns on several threads): the shards equal shuffle(join) of the same inputs."""
+    write_layout(tmp_path / "data", hours=1, rows=300, files=files)
+    job = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=1), tmp_path / f"j{threads}")
+    saved = pa.cpu_count()
+    pa.set_cpu_count(threads)
+    try:
+        for source in ("impressions", "clicks"):
+            for task in plan_source(job, "history", source, T0):
+                execute_task(job, task)
+        inputs = {
+            source: pa.concat_tables(
+                [read_staged(staging_path(job, t)) for t in plan_source(job, "history", source, T0)]
+            )
+            for source in ("impressions", "clicks")
+        }
+        stream = job.stream("history")
+        view = joined_view(job, stream, inputs, window_id(T0))
+        expected = shuffle(view.materialize(np.arange(view.rows)), window_seed(job, "history", window_id(T0)))
+        manifest = join_window(job, "history", T0)
+    finally:
+        pa.set_cpu_count(saved)
+    table = read_window(JobPaths.for_job(job).window_dir("history", T0))
+    assert manifest.rows == 300 * files and table.equals(expected)
+    assert table.column("clicked").null_count == 0 and 0 < pa.compute.sum(table.column("clicked")).as_py() < 300 * files

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import numpy as np
@@ -68,11 +69,20 @@ def join_window(
         tables[task.source].append(read_staged(path))
     inputs = {name: _concat(parts) for name, parts in tables.items()}
     lap("read")
-    table = assemble(job, stream, inputs, wid)
-    table, dropped = clean_window(job, stream_name, table, window_start)  # rows of other windows, repeated ids
-    lap("join")
     seed = window_seed(job, stream_name, wid)
-    table = shuffle(table, seed)
+    first = inputs[stream.sources[0].name]
+    left_join = stream.join is None or len(stream.sources) == 1 or stream.join.how == "left"
+    with ThreadPoolExecutor(1, thread_name_prefix="primus-shuffle") as spare:
+        # with a second thread, the permutation of the usual row count (a left join keeping every
+        # row) is drawn while the join runs; a permutation depends only on (seed, rows)
+        guess = first.num_rows if first is not None and left_join and pa.cpu_count() > 1 else None
+        early = spare.submit(_permutation, seed, guess) if guess is not None else None
+        view = joined_view(job, stream, inputs, wid)
+        rows, dropped = _kept_rows(job, stream_name, view, window_start)  # rows of other windows, repeated ids
+        lap("join")
+        count = view.rows if rows is None else len(rows)
+        order = early.result() if early is not None and guess == count else _permutation(seed, count)
+    table = view.materialize(order if rows is None else rows[order])  # == shuffle(clean(join)), one take
     lap("shuffle")
     extra = {
         "sources": {name: t.num_rows if t is not None else 0 for name, t in inputs.items()},
@@ -111,30 +121,138 @@ def _concat(parts: list[pa.Table]) -> pa.Table | None:
 
 def shuffle(table: pa.Table, seed: int) -> pa.Table:
     """One seeded permutation gathered over the whole table, single-chunk columns (one record
-    batch per shard)."""
-    order = np.random.default_rng(seed).permutation(table.num_rows)
-    return table.take(pa.array(order)).combine_chunks()
+    batch per shard). ``join_window`` gathers the same rows straight from the staged inputs."""
+    return table.take(pa.array(_permutation(seed, table.num_rows))).combine_chunks()
 
 
-def assemble(job: PrimusJob, stream: StreamSpec, inputs: dict[str, pa.Table | None], wid: str) -> pa.Table:
-    """Join the sources (the first is the left side) and return the full sample schema."""
-    schema = sample_schema(job.spec.features, job_keys(job))
+def _permutation(seed: int, rows: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(rows)
+
+
+class JoinedView:
+    """The join's result without copying it: every output column is a source column plus, for the
+    right side, the matched right row of each output row. Only the rows that survive the window's
+    checks are ever gathered (``materialize``: one take per column, in the order asked for, the
+    columns on ``pa.cpu_count()`` threads), cast to the sample schema and filled."""
+
+    def __init__(self, job: PrimusJob, stream: StreamSpec, wid: str, rows: int) -> None:
+        self.schema = sample_schema(job.spec.features, job_keys(job))
+        self.fill = dict(stream.join.fill) if stream.join else {}
+        self.buckets = {f.name: f.buckets for f in job.spec.features.sparse}
+        self.stream, self.wid, self.rows = stream.name, wid, rows
+        self.columns: dict[str, tuple[pa.ChunkedArray, pa.Array | None]] = {}  # name -> (values, right row)
+        self.constant: dict[str, object] = {}  # columns no source has: one value everywhere
+
+    def column(self, name: str, rows: np.ndarray | None = None) -> pa.Array | pa.ChunkedArray:
+        """Sample column ``name`` for the output rows ``rows`` (all of them when None)."""
+        field = self.schema.field(name)
+        if name in self.constant:
+            n = self.rows if rows is None else len(rows)
+            return pa.array(np.full(n, self.constant[name]), field.type) if n else pa.array([], field.type)
+        values, index = self.columns[name]
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()  # a take over chunks: 2x
+        if index is None:
+            column = values if rows is None else values.take(pa.array(rows))
+            return self._filled(name, column.cast(field.type))
+        # a right-side column: its values cast and filled once, the fill value appended at the end,
+        # where the rows without a match point: one take, no null handling per output row
+        values = self._filled(name, values.cast(field.type))
+        default = _default(field, self.fill.get(name), self.buckets.get(name))
+        values = pa.concat_arrays([values, pa.array([default], field.type)])
+        index = pc.fill_null(index, len(values) - 1)
+        return values.take(index if rows is None else index.take(pa.array(rows)))
+
+    def _filled(self, name: str, column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        if not column.null_count:
+            return column
+        field = self.schema.field(name)
+        default = _default(field, self.fill.get(name), self.buckets.get(name))
+        if default is None:
+            raise JoinError(f"window {self.wid} of stream {self.stream!r}: column {name!r} has empty values "
+                            "and join.fill has none for it")  # fmt: skip
+        return pc.fill_null(column, pa.scalar(default, field.type))
+
+    def materialize(self, rows: np.ndarray) -> pa.Table:
+        def gather(name: str) -> pa.Array:
+            column = self.column(name, rows)
+            return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+        names = self.schema.names
+        threads = min(pa.cpu_count(), len(names))
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="primus-join") as pool:
+                columns = list(pool.map(gather, names))
+        else:
+            columns = [gather(name) for name in names]
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def joined_view(job: PrimusJob, stream: StreamSpec, inputs: dict[str, pa.Table | None], wid: str) -> JoinedView:
+    """Join the sources (the first is the left side) into a view of the full sample schema."""
     names = [s.name for s in stream.sources]
     table = inputs[names[0]]
     if table is None:
-        table = schema.empty_table().select([c for c in schema.names if c in _decodable(job)])
+        table = sample_schema(job.spec.features, job_keys(job)).empty_table()
+        table = table.select([c for c in table.column_names if c in _decodable(job)])
+    right_columns: dict[str, tuple[pa.ChunkedArray, pa.Array]] = {}
     if stream.join is not None and len(names) > 1:
-        keys = stream.join.keys
-        how = _JOIN_TYPES[stream.join.how]
+        keys, how = stream.join.keys, _JOIN_TYPES[stream.join.how]
         for name in names[1:]:
             right = inputs[name]
             if right is None:
                 right = pa.table({k: pa.array([], pa.string()) for k in keys})
             extra = [c for c in right.column_names if c not in table.column_names or c in keys]
-            table = _ordered_join(table, right.select(extra), keys, how)
+            right = right.select(extra)
+            found = _lookup_index(table, right, keys[0], how) if len(keys) == 1 and not right_columns else None
+            if found is None:  # the general join: materialised, earlier lookups included
+                table = _ordered_join(_materialize_right(table, right_columns), right, keys, how)
+                right_columns = {}
+                continue
+            left_rows, index = found
+            if left_rows is not None:
+                table = table.take(pa.array(left_rows))
+            right_columns = {c: (right.column(c), index) for c in right.column_names if c != keys[0]}
     elif len(names) > 1:
         table = pa.concat_tables([t for t in inputs.values() if t is not None], promote_options="default")
-    return _complete(job, stream, table, schema, wid)
+    view = JoinedView(job, stream, wid, table.num_rows)
+    view.columns = {c: (table.column(c), None) for c in table.column_names}
+    view.columns.update(right_columns)
+    _check_complete(job, stream, view)
+    return view
+
+
+def _materialize_right(table: pa.Table, right_columns: dict[str, tuple[pa.ChunkedArray, pa.Array]]) -> pa.Table:
+    for name, (values, index) in right_columns.items():
+        table = table.append_column(name, values.take(index))
+    return table
+
+
+def _check_complete(job: PrimusJob, stream: StreamSpec, view: JoinedView) -> None:
+    """Every sample column comes from a source or from a default (join.fill, a dense 0, an empty key)."""
+    features = job.spec.features
+    for field in view.schema:
+        if field.name in view.columns:
+            continue
+        default = _default(field, view.fill.get(field.name), view.buckets.get(field.name))
+        if default is None or (field.name not in view.fill and field.name not in features.dense):
+            if field.name in job_keys(job) and field.name not in (stream.join.keys if stream.join else []):
+                view.constant[field.name] = ""
+                continue
+            raise JoinError(f"window {view.wid} of stream {stream.name!r}: no source provides column {field.name!r} "
+                            "and join.fill has no value for it")  # fmt: skip
+        view.constant[field.name] = default
+
+
+def _kept_rows(job: PrimusJob, stream: str, view: JoinedView, start: datetime) -> tuple[np.ndarray | None, dict]:
+    """The view's rows that ``clean_window`` keeps (in order; None: all) and its counts: it sees
+    only the columns it checks (timestamp, sample id) plus each row's number."""
+    features = job.spec.features
+    narrow = {"__view_row": pa.array(np.arange(view.rows, dtype=np.int64))}
+    for name in dict.fromkeys([features.timestamp, features.id]):
+        if name and name in view.schema.names:
+            narrow[name] = view.column(name)
+    kept, dropped = clean_window(job, stream, pa.table(narrow), start)
+    return (None if kept.num_rows == view.rows else kept.column("__view_row").to_numpy()), dropped
 
 
 def _decodable(job: PrimusJob) -> set[str]:
@@ -144,9 +262,14 @@ def _decodable(job: PrimusJob) -> set[str]:
 def _ordered_join(left: pa.Table, right: pa.Table, keys: list[str], how: str) -> pa.Table:
     """Join, with rows in (left row, right row) order so the result does not depend on threads."""
     if len(keys) == 1 and how in ("left outer", "inner"):
-        lookup = _lookup_join(left, right, keys[0], how)
-        if lookup is not None:
-            return lookup
+        found = _lookup_index(left, right, keys[0], how)
+        if found is not None:
+            left_rows, index = found
+            out = left if left_rows is None else left.take(pa.array(left_rows))
+            for name in right.column_names:
+                if name != keys[0]:
+                    out = out.append_column(right.schema.field(name), pc.take(right.column(name), index))
+            return out
     left = left.append_column("__l", pa.array(np.arange(left.num_rows, dtype=np.int64)))
     right = right.append_column("__r", pa.array(np.arange(right.num_rows, dtype=np.int64)))
     joined = left.join(right, keys, join_type=how, use_threads=False, coalesce_keys=True)
@@ -154,24 +277,38 @@ def _ordered_join(left: pa.Table, right: pa.Table, keys: list[str], how: str) ->
     return joined.take(order).drop_columns(["__l", "__r"])
 
 
-def _lookup_join(left: pa.Table, right: pa.Table, key: str, how: str) -> pa.Table | None:
+def _lookup_index(left: pa.Table, right: pa.Table, key: str, how: str) -> tuple[np.ndarray | None, pa.Array] | None:
     """The common case, a right side whose matched keys are unique (clicks per request): one hash
-    lookup per left row, left order kept, no sort. None when a matched key repeats on the right
-    (then the general join runs)."""
+    lookup per left row, left order kept, no sort. Returns (the left rows kept: None for all, the
+    right row of each, null where none); None when a matched key repeats on the right (then the
+    general join runs)."""
+    if left.num_rows == 0 and how == "left outer":
+        return None, pa.array([], pa.int32())
     right_keys = right.column(key).combine_chunks()
     if right_keys.null_count:
         return None
-    index = pc.index_in(left.column(key), value_set=right_keys)
+    index = _index_in(left.column(key), right_keys)
     if _matched_key_repeats(right_keys, index):
         return None
     if how == "inner":
         keep = pc.is_valid(index)
-        left, index = left.filter(keep), pc.filter(index, keep)
-    out = left
-    for name in right.column_names:
-        if name != key:
-            out = out.append_column(right.schema.field(name), pc.take(right.column(name), index))
-    return out
+        return np.flatnonzero(keep.to_numpy(zero_copy_only=False)), pc.drop_null(index)
+    return None, index
+
+
+def _index_in(keys: pa.ChunkedArray, value_set: pa.Array) -> pa.Array:
+    """``pc.index_in`` as one array; with several CPU threads the probes of the left chunks run in
+    parallel (each probe is one hash lookup per row; Arrow releases the GIL)."""
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    threads = min(pa.cpu_count(), len(chunks))
+    if threads > 1:
+        step = -(-len(chunks) // threads)
+        groups = [pa.chunked_array(chunks[i : i + step], keys.type) for i in range(0, len(chunks), step)]
+        with ThreadPoolExecutor(threads, thread_name_prefix="primus-join") as pool:
+            parts = list(pool.map(lambda g: pc.index_in(g, value_set=value_set), groups))
+        return pa.chunked_array([c for p in parts for c in p.chunks], pa.int32()).combine_chunks()
+    index = pc.index_in(keys, value_set=value_set)
+    return index.combine_chunks() if isinstance(index, pa.ChunkedArray) else index
 
 
 def _matched_key_repeats(right_keys: pa.Array, index: pa.Array) -> bool:
@@ -188,37 +325,6 @@ def _matched_key_repeats(right_keys: pa.Array, index: pa.Array) -> bool:
     unused = right_keys.filter(pa.array(~used))
     matched = right_keys.filter(pa.array(used))
     return bool(pc.any(pc.is_in(unused, value_set=matched)).as_py())
-
-
-def _complete(job: PrimusJob, stream: StreamSpec, table: pa.Table, schema: pa.Schema, wid: str) -> pa.Table:
-    features = job.spec.features
-    fill = dict(stream.join.fill) if stream.join else {}
-    buckets = {f.name: f.buckets for f in features.sparse}
-    n = table.num_rows
-    columns = []
-    for field in schema:
-        default = _default(field, fill.get(field.name), buckets.get(field.name))
-        if field.name in table.column_names:
-            column = table.column(field.name).cast(field.type)
-            if column.null_count:
-                if default is None:
-                    raise JoinError(
-                        f"window {wid} of stream {stream.name!r}: column {field.name!r} has empty values and join.fill has none for it"
-                    )
-                column = pc.fill_null(column, pa.scalar(default, field.type))
-        else:
-            if default is None or (field.name not in fill and field.name not in features.dense):
-                if field.name in job_keys(job) and field.name not in (stream.join.keys if stream.join else []):
-                    column = pa.nulls(n, field.type).fill_null("")
-                else:
-                    raise JoinError(
-                        f"window {wid} of stream {stream.name!r}: no source provides column {field.name!r} "
-                        f"and join.fill has no value for it"
-                    )
-            else:
-                column = pa.array(np.full(n, default), field.type) if n else pa.array([], field.type)
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _default(field: pa.Field, fill, bucket: int | None):

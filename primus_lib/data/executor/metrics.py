@@ -8,6 +8,7 @@ failure here is logged and ignored: metrics never fail a data task."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -24,20 +25,67 @@ WINDOWS_AHEAD_ENV = "PRIMUS_MAX_ACTIVE_RUNS"  # the DAG's max_active_runs: windo
 DEFAULT_WINDOWS_AHEAD = 3
 
 
+BACKLOG_TTL_SECONDS = 1.0  # a runner's tasks reuse the backlog this long (the scaler polls every few seconds)
+_backlogs: dict[str, tuple[float, float]] = {}  # ledger -> (monotonic time read, backlog)
+
+
 def batch_backlog(job: PrimusJob) -> float:
     """Committed batch windows the trainer has not consumed yet, over the windows the pipeline may
     run ahead (0: the trainer has everything the executors made; 1: a full pipeline waits)."""
+    key = str(JobPaths.for_job(job).ledger)
+    read, value = _backlogs.get(key, (float("-inf"), 0.0))
+    if time.monotonic() - read > BACKLOG_TTL_SECONDS:
+        value = _read_backlog(job)
+        _backlogs[key] = (time.monotonic(), value)
+    return value
+
+
+def _read_backlog(job: PrimusJob) -> float:
     paths = JobPaths.for_job(job)
     streams = {s.name for s in job.batch_streams}
     if not streams or (isinstance(paths.ledger, Path) and not paths.ledger.exists()):
         return 0.0
-    from primus_lib.data.training_queue import TrainingQueue
-
-    queue = TrainingQueue(paths.ledger).windows()
+    queue = _queue(str(paths.ledger), paths.ledger).windows()
     queued = {progress_key(w.stream, w.window) for w in queue if w.stream in streams}
     waiting = len(queued - set(read_progress(paths.progress)["consumed"]))
     ahead = int(os.environ.get(WINDOWS_AHEAD_ENV, DEFAULT_WINDOWS_AHEAD)) * len(streams)
     return min(1.0, waiting / max(1, ahead))
+
+
+_queues: dict[str, object] = {}  # ledger -> TrainingQueue: a runner reuses its engine across tasks
+
+
+def _queue(key: str, ledger):
+    from primus_lib.data.training_queue import TrainingQueue
+
+    if key not in _queues:
+        if len(_queues) >= 8:
+            _queues.pop(next(iter(_queues)))
+        _queues[key] = TrainingQueue(ledger)
+    return _queues[key]
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants from /proc/<pid>/task/*/children (a few small reads), instead of
+    psutil's scan of every process on the host (tens of ms on a busy node, per task)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in children.read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class TaskMetrics:
@@ -62,7 +110,11 @@ class TaskMetrics:
         guarded(f"data task {self.task_id} metrics", lambda: self._finish(rows))
 
     def _finish(self, rows: int) -> None:
-        self.metrics.observe_process()
+        if Path(f"/proc/{os.getpid()}/task").is_dir():  # this process tree's RSS, its own CPU since start
+            cores = self.metrics._proc.cpu_percent(None) / 100.0
+            self.metrics.observe_usage(cores, sum(_rss(pid) for pid in _tree(os.getpid())))
+        else:
+            self.metrics.observe_process()
         self.metrics.add_samples(rows)
         self.metrics.observe_buffer(batch_backlog(self.job), 1.0)
         directory = JobPaths.for_job(self.job).metrics_dir

@@ -8,6 +8,8 @@ into their buckets, dense features become float32 with nulls as 0.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,29 +51,31 @@ def decode(job: PrimusJob, stream: StreamSpec, source: SourceSpec, raw: pa.Table
     schema = sample_schema(job.spec.features, job_keys(job))
     features = job.spec.features
     buckets = {f.name: f.buckets for f in features.sparse}
-    arrays, names = [], []
-    for field in schema:
-        src = mapping[field.name]
-        if src not in present:
-            continue
-        column = raw.column(src)
+    names = [field.name for field in schema if mapping[field.name] in present]
+
+    def convert(name: str) -> pa.Array | pa.ChunkedArray:
+        src, column = mapping[name], raw.column(mapping[name])
         try:
-            if field.name == features.timestamp:
-                array = to_epoch_ms(column)
-            elif field.name in buckets:
-                array = pa.array(hash_ids(column, buckets[field.name]), pa.int64())
-            elif field.name in features.dense:
-                array = pc.fill_null(pc.cast(column, pa.float32()), 0.0)
-            elif field.name == features.label:
-                array = pc.cast(column, pa.float32())
-            else:
-                array = pc.cast(column, pa.string())
+            if name == features.timestamp:
+                return to_epoch_ms(column)
+            if name in buckets:
+                return pa.array(hash_ids(column, buckets[name]), pa.int64())
+            if name in features.dense:
+                return pc.fill_null(pc.cast(column, pa.float32()), 0.0)
+            if name == features.label:
+                return pc.cast(column, pa.float32())
+            return pc.cast(column, pa.string())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
             raise DecodeError(
-                f"{origin}: column {src!r} (sample column {field.name!r}) expected {field.type}: {exc}"
+                f"{origin}: column {src!r} (sample column {name!r}) expected {schema.field(name).type}: {exc}"
             ) from None
-        arrays.append(array)
-        names.append(field.name)
+
+    threads = min(pa.cpu_count(), len(names))
+    if threads > 1:  # the allotment's threads: hashing and casts release the GIL
+        with ThreadPoolExecutor(threads, thread_name_prefix="primus-decode") as pool:
+            arrays = list(pool.map(convert, names))
+    else:
+        arrays = [convert(name) for name in names]
     fields = [schema.field(n) for n in names]
     return pa.Table.from_arrays([_chunked(a) for a in arrays], schema=pa.schema(fields))
 

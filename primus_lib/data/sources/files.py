@@ -67,7 +67,41 @@ def _read_parquet(fs, path: str, task: DataTask, wanted: set[str] | None) -> pa.
                       if task.offset <= _group_start(reader.metadata.row_group(i)) < task.offset + task.length]  # fmt: skip
         if not groups:
             return reader.schema_arrow.empty_table().select(columns)
-        return reader.read_row_groups(groups, columns=columns, use_threads=False)
+        schema = pa.schema([reader.schema_arrow.field(c) for c in columns])
+        if columns and fs.type_name == "local" and all(_plain(f.type) for f in schema) \
+                and groups == list(range(groups[0], groups[-1] + 1)):  # fmt: skip
+            rows = [reader.metadata.row_group(i).num_rows for i in range(groups[-1] + 1)]
+            table = _read_polars(path, schema, sum(rows[: groups[0]]), sum(rows[groups[0] :]))
+            if table is not None:
+                return table
+        threads = pa.cpu_count() > 1  # the allotment's threads
+        return reader.read_row_groups(groups, columns=columns, use_threads=threads)
+
+
+def _plain(kind: pa.DataType) -> bool:
+    """Types Polars reads into exactly what pyarrow would (after a cast to the file's Arrow schema)."""
+    return (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            or pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not pa.types.is_float16(kind)  # fmt: skip
+
+
+def _read_polars(path: str, schema: pa.Schema, offset: int, rows: int) -> pa.Table | None:
+    """A local file's rows ``[offset, offset + rows)`` through Polars' parquet reader: half the CPU
+    of pyarrow's on the same columns (measured by bench/executor.py), cast back to the file's Arrow
+    types so decoding sees the same table either way. On the calling thread: an executor's task
+    runners (one per allotted thread) are its parallelism, and Polars' spinning pool on top of
+    them cost CPU. None when Polars cannot read it: pyarrow then reads it (and names what is
+    wrong with the file)."""
+    try:
+        import polars as pl
+    except ImportError:  # an install without Polars (it is in requirements/lock.txt): pyarrow reads
+        return None
+    try:
+        frame = pl.scan_parquet(path, parallel="none", hive_partitioning=False,
+                                glob=False).select(schema.names).slice(offset, rows).collect()  # fmt: skip
+        table = frame.to_arrow().cast(schema)
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError):
+        return None
+    return table if table.num_rows == rows else None
 
 
 def _group_start(group: pq.RowGroupMetaData) -> int:
