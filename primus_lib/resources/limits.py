@@ -210,7 +210,9 @@ class _Guard:
         self.cap, self.hard = cap, cap * MEMORY_HARD_FACTOR
         self.proc = psutil.Process()
         self.peak_ok = _reset_peak()
-        self.base = sum(p.memory_info().rss for p in (self.proc, *self.proc.children(recursive=True)))
+        # children alive before the block (a server this process started earlier) are not the task's
+        self.elders = {p.pid for p in self.proc.children(recursive=True)}
+        self.base = self.proc.memory_info().rss
         self.watched: dict[int, str] = {}
         self.signalled: dict[int, tuple[float, float]] = {}  # thread -> (used, rss) when told
         self.lock = threading.Lock()
@@ -223,7 +225,8 @@ class _Guard:
         while not self.stop.wait(GUARD_POLL_SECONDS):
             try:
                 if polls % CHILDREN_EVERY_POLLS == 0:
-                    children = sum(p.memory_info().rss for p in self.proc.children(recursive=True))
+                    children = sum(p.memory_info().rss for p in self.proc.children(recursive=True)
+                                   if p.pid not in self.elders)  # fmt: skip
                 polls += 1
                 own = self.proc.memory_info().rss
                 if self.peak_ok:

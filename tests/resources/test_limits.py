@@ -62,6 +62,19 @@ def test_under_the_cap_passes_over_it_fails_naming_the_task():
     assert limits.active() is None
 
 
+def test_a_child_started_before_the_block_is_not_the_tasks():
+    """A server the process started earlier (a test session's broker, an executor's sidecar) grows
+    as it likes; only what the block itself adds counts against the task's cap."""
+    elder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0); x = bytearray(b'1') * (200 * 2**20); "
+                              "time.sleep(3)"])  # fmt: skip
+    try:
+        with enforced(Limits(1, 64 * MIB), "data task beside a server"):
+            hold(8 * MIB, 2.5)  # the elder allocates 200 MiB meanwhile
+    finally:
+        elder.kill()
+        elder.wait()
+
+
 def test_a_task_that_swallows_the_signal_still_fails():
     with pytest.raises(MemoryCapExceeded, match="data task sly: executor memory cap 64.0 MiB exceeded"):
         with enforced(Limits(1, 64 * MIB), "data task sly"):
