@@ -209,7 +209,10 @@ class Weed:
         self.proc = start(self.args, self.root / "weed.log", self._ready, timeout=90)
 
     def _ready(self) -> bool:
-        self.server.filesystem().get_file_info("/")  # raises until the gateway answers S3 calls
+        import pyarrow.fs as pafs
+
+        # ListBuckets: a real request (get_file_info("/") answers without asking the gateway)
+        self.server.filesystem().get_file_info(pafs.FileSelector("/", recursive=False))
         return True
 
     def kill(self) -> None:
