@@ -1,19 +1,21 @@
-"""DTGG vs a naive planner: plan 2 sources x 14 days x 24 hourly partitions x N files.
+"""DTGG vs a naive planner on local disk, HDFS and S3: 2 sources x 42 days x 24 hourly partitions
+x 50 files (2,016 partitions, 102,816 files with the success markers).
 
 Naive = per window, per source: check the success marker, list the partition (one thread, no
-fusing, no cache). DTGG = fused scans over the shared prefix, parallel listing and generation
-(4 threads), ordered output. Both produce the same tasks (checked). Runs on local files (50
-files per partition) and on a real SeaweedFS S3 server started here (10 files per partition:
-creating 33,600 objects one PUT at a time takes minutes), then once more through a proxy
-that adds 10 ms to every request, a model of a remote S3 endpoint. Local: best of 5 runs,
-loopback S3: best of 3, the latency model: one run (the naive planner takes ~17 s there).
-Also measured: DTGG into the ledger and the cached re-plan a restarted planner does. Prints
-one JSON line last.
+fusing, no cache). DTGG = the fused planner, once on one thread and once with THREADS listing
+threads (``Planner(threads=...)``, ``$PRIMUS_DTGG_THREADS``); every plan is checked identical
+to the naive one and to the one-thread one. Storage: local files; a real HDFS (Hadoop's
+MiniDFSCluster started with the tests' launcher and jars from $PRIMUS_CACHE, read over WebHDFS,
+the files created in one JVM through NameNode RPC); a real SeaweedFS S3 server (the objects
+created with ``weed filer.copy``). Then, on the first week of windows, the same through a proxy
+that adds 10 ms to every request: a model of remote storage. Also measured: DTGG into the
+ledger and the cached re-plan a restarted planner does. Prints one JSON line last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -25,19 +27,23 @@ import tempfile
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devstack.proc import port_free
 from primus_lib.data.dtgg import Planner
 from primus_lib.data.dtgg.naive import naive_plan
 from primus_lib.spec.loader import job_from_document
 
-DAYS, HOURS = 14, 24
+DAYS, HOURS, FILES = 42, 24, 50
+THREADS = 16  # listing threads of the "with threads" runs
+LATENCY_DAYS = 7  # windows measured through the latency proxy
 SOURCES = ("impressions", "clicks")
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+END = T0 + timedelta(days=DAYS)
 LATENCY_MS = 10  # injected per-request latency for the remote-S3 model (real S3 LIST: ~10-50 ms)
 
 
@@ -46,7 +52,7 @@ def job_for(root_uri: str, home: Path):
     doc = {
         "apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "bench-dtgg"},
         "spec": {
-            "timer": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-15T00:00:00Z", "window": "1h"},
+            "timer": {"start": "2026-11-01T00:00:00Z", "end": END.strftime("%Y-%m-%dT%H:%M:%SZ"), "window": "1h"},
             "dataset": {"streams": [{"name": "history", "kind": "batch", "sources": [
                 {**source, "name": s, "uri": f"{root_uri}/{s}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/"} for s in SOURCES],
                 "join": {"keys": ["request_id"]}}]},
@@ -67,42 +73,52 @@ def partitions():
             yield T0 + timedelta(days=d, hours=h)
 
 
-def make_local(root: Path, files: int) -> int:
+def layout() -> list[tuple[str, list[str]]]:
+    """(partition directory relative to the data root, its file names) of every partition."""
+    names = [f"part-{i:05d}.parquet" for i in range(FILES)] + ["_SUCCESS"]
+    return [(f"{s}/{when:%Y%m%d}/{when:%H}", names) for when in partitions() for s in SOURCES]
+
+
+def make_local(root: Path) -> int:
     count = 0
-    for when in partitions():
-        for s in SOURCES:
-            part = root / s / f"{when:%Y%m%d}" / f"{when:%H}"
-            part.mkdir(parents=True)
-            for i in range(files):
-                (part / f"part-{i:05d}.parquet").touch()
-            (part / "_SUCCESS").touch()
-            count += files
+    for directory, names in layout():
+        part = root / directory
+        part.mkdir(parents=True)
+        for name in names:
+            (part / name).touch()
+        count += len(names)
     return count
 
 
-def measure(job, threads: int = 4, repeats: int = 1) -> dict:
+def measure(job, threads: int = THREADS, repeats: int = 1, days: int | None = None) -> dict:
     """Best of ``repeats`` for each planner (each run lists and generates everything anew)."""
+    end = T0 + timedelta(days=days) if days else None
     naive_s = dtgg_s = dtgg1_s = float("inf")
     for _ in range(repeats):
-        began = time.perf_counter()
-        naive = list(naive_plan(job, "history"))
-        naive_s = min(naive_s, time.perf_counter() - began)
-        planner = Planner(job, "history", threads=threads, ledger=False)
-        began = time.perf_counter()
-        fused = list(planner.plan())
-        dtgg_s = min(dtgg_s, time.perf_counter() - began)
-        assert [p.tasks for p in fused] == [p.tasks for p in naive], "DTGG and naive planned different tasks"
-        one = Planner(job, "history", threads=1, ledger=False)
-        began = time.perf_counter()
-        list(one.plan())
-        dtgg1_s = min(dtgg1_s, time.perf_counter() - began)
-    tasks = sum(len(p.tasks) for p in fused)
+        gc.collect()
+        gc.disable()  # as timeit does: a later run must not pay for scanning an earlier run's tasks
+        try:
+            began = time.perf_counter()
+            naive = [p.tasks for p in naive_plan(job, "history", end=end)]
+            naive_s = min(naive_s, time.perf_counter() - began)
+            one = Planner(job, "history", threads=1, ledger=False)
+            began = time.perf_counter()
+            single = [p.tasks for p in one.plan(end=end)]
+            dtgg1_s = min(dtgg1_s, time.perf_counter() - began)
+            planner = Planner(job, "history", threads=threads, ledger=False)
+            began = time.perf_counter()
+            fused = [p.tasks for p in planner.plan(end=end)]
+            dtgg_s = min(dtgg_s, time.perf_counter() - began)
+        finally:
+            gc.enable()
+        assert fused == naive, "DTGG and naive planned different tasks"
+        assert single == fused, "the one-thread and the threaded DTGG planned different tasks"
+    tasks = sum(len(t) for t in fused)
     return {
-        "tasks": tasks, "windows": len(fused), "repeats": repeats,
+        "tasks": tasks, "windows": len(fused), "repeats": repeats, "threads": threads,
         "naive_s": round(naive_s, 3), "naive_tasks_per_s": round(tasks / naive_s),
-        "naive_requests": len(fused) * len(SOURCES) * 2,
         "dtgg_s": round(dtgg_s, 3), "dtgg_tasks_per_s": round(tasks / dtgg_s), "dtgg_requests": planner.listings,
-        "dtgg_1thread_s": round(dtgg1_s, 3),
+        "dtgg_1thread_s": round(dtgg1_s, 3), "dtgg_1thread_tasks_per_s": round(tasks / dtgg1_s),
         "ratio": round(naive_s / dtgg_s, 2), "ratio_1thread": round(naive_s / dtgg1_s, 2),
     }  # fmt: skip
 
@@ -129,7 +145,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_weed(root: Path) -> tuple[subprocess.Popen, int]:
+def start_weed(root: Path) -> tuple[subprocess.Popen, int, int]:
     (root / "data").mkdir(parents=True)
     (root / "s3.json").write_text(json.dumps({"identities": [{"name": "bench", "credentials": [
         {"accessKey": "bench", "secretKey": "bench-secret"}], "actions": ["Admin", "Read", "Write", "List"]}]}))  # fmt: skip
@@ -137,16 +153,20 @@ def start_weed(root: Path) -> tuple[subprocess.Popen, int]:
     args = [str(Path(sys.executable).parent / "weed"), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1", f"-s3.port={port}", f"-s3.config={root / 's3.json'}", "-admin.ui=false",
             "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
-    for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-                 "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc"):  # fmt: skip
+    for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "s3.port.grpc",
+                 "admin.port", "admin.port.grpc"):  # fmt: skip
         args.append(f"-{flag}={free_port()}")
+    filer = free_port()
+    while filer + 10000 > 65535 or not port_free(filer + 10000):  # weed filer.copy dials http port + 10000
+        filer = free_port()
+    args += [f"-filer.port={filer}", f"-filer.port.grpc={filer + 10000}"]
     with open(root / "weed.log", "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(300):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
         except urllib.error.HTTPError:
-            return proc, port
+            return proc, port, filer
         except OSError:
             if proc.poll() is not None:
                 break
@@ -197,67 +217,145 @@ class LatencyProxy:
         self.server.close()
 
 
-def make_s3(fs, bucket: str, files: int) -> int:
+def make_s3(fs, filer: int, local_root: Path, bucket: str) -> None:
+    """Upload the local tree (``local_root``, named ``data``) into the bucket through the filer:
+    one Go process, 16 concurrent copies, instead of 100k S3 PUTs from Python."""
     fs.create_dir(bucket)
-    keys = []
-    for when in partitions():
-        for s in SOURCES:
-            base = f"{bucket}/data/{s}/{when:%Y%m%d}/{when:%H}/"
-            keys += [base + f"part-{i:05d}.parquet" for i in range(files)] + [base + "_SUCCESS"]
+    weed = str(Path(sys.executable).parent / "weed")
+    done = subprocess.run([weed, "filer.copy", "-c", "16", str(local_root), f"http://127.0.0.1:{filer}/buckets/{bucket}/"],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"weed filer.copy failed ({done.returncode}): {done.stderr[-500:]}")
 
-    def put(key: str) -> None:
-        with fs.open_output_stream(key) as out:
-            out.write(b"")
 
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(put, keys))
-    return len(keys)
+BULK_TOUCH = """
+import java.io.*; import java.net.URI; import java.util.*; import java.util.concurrent.*;
+import org.apache.hadoop.conf.Configuration; import org.apache.hadoop.fs.*;
+public class BulkTouch {  // args: NameNode URI, threads; stdin: a directory, then its files, tab-separated
+  public static void main(String[] a) throws Exception {
+    Configuration conf = new Configuration(false);
+    conf.setInt("dfs.replication", 1);
+    FileSystem fs = FileSystem.get(new URI(a[0]), conf, "primus");
+    ExecutorService pool = Executors.newFixedThreadPool(Integer.parseInt(a[1]));
+    List<Future<?>> jobs = new ArrayList<>();
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+    for (String line; (line = in.readLine()) != null; ) {
+      String[] parts = line.split("\t");
+      jobs.add(pool.submit(() -> {
+        Path dir = new Path(parts[0]); fs.mkdirs(dir);
+        for (int i = 1; i < parts.length; i++) fs.create(new Path(dir, parts[i]), true).close();
+        return null;
+      }));
+    }
+    for (Future<?> f : jobs) f.get();
+    pool.shutdown(); fs.close();
+  }
+}
+"""
+
+
+def start_hdfs(root: Path) -> tuple[subprocess.Popen, dict, str]:
+    """The tests' MiniDFSCluster launcher (tests/fixtures/hadoop.py: same jars, JVM options, flags)."""
+    from devstack.proc import start
+    from tests.fixtures.hadoop import JVM_OPTS, MAIN_CLASS, jars_dir
+
+    jars = jars_dir()
+    if not (jars / ".stamp").exists():
+        raise RuntimeError(f"Hadoop jars not in {jars}: run `make infra` (scripts/fetch-hadoop.sh)")
+    root.mkdir(parents=True)
+    info_file = root / "info.json"
+    args = ["java", *JVM_OPTS, "-cp", f"{jars}/*", MAIN_CLASS, "--dfs", "--base-dir", str(root), "--info-file",
+            str(info_file)]  # fmt: skip
+    proc = start(args, root / "minicluster.log", info_file.exists, timeout=180)
+    return proc, json.loads(info_file.read_text()), f"{jars}/*"
+
+
+def make_hdfs(root: Path, classpath: str, namenode: str, base: str) -> None:
+    """Create every partition's files through NameNode RPC from one JVM (WebHDFS: 2 requests a file)."""
+    (root / "BulkTouch.java").write_text(BULK_TOUCH)
+    subprocess.run(["javac", "-nowarn", "-cp", classpath, "BulkTouch.java"], cwd=root, check=True, timeout=300)
+    lines = "".join("\t".join([f"{base}/{d}", *names]) + "\n" for d, names in layout())
+    done = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-Xmx512m", "-cp", f"{root}:{classpath}", "BulkTouch",
+                           namenode, "8"], input=lines, capture_output=True, text=True, cwd=root, timeout=900)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"creating the HDFS layout failed ({done.returncode}): {done.stderr[-800:]}")
+
+
+def timed(what, *args) -> float:
+    began = time.perf_counter()
+    what(*args)
+    return round(time.perf_counter() - began, 1)
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
 
 def main() -> None:
     import pyarrow.fs as pafs
 
     work = Path(tempfile.mkdtemp(prefix="bench-dtgg-"))
-    result: dict = {"bench": "dtgg", "layout": f"{len(SOURCES)} sources x {DAYS} days x {HOURS} hours"}
-    proc = None
+    parts = DAYS * HOURS * len(SOURCES)
+    result: dict = {"bench": "dtgg", "layout": f"{len(SOURCES)} sources x {DAYS} days x {HOURS} hours x {FILES} files",
+                    "partitions": parts, "files": parts * (FILES + 1), "threads": THREADS}  # fmt: skip
+    procs: list[subprocess.Popen] = []
+    os.environ["HADOOP_USER_NAME"] = "primus"
     try:
-        began = time.perf_counter()
-        files = make_local(work / "local", 50)
-        result["local_files"] = files
-        result["local_setup_s"] = round(time.perf_counter() - began, 1)
-        job = job_for(f"file://{work / 'local'}", work / "jobs-local")
-        result["local"] = measure(job, repeats=5)
+        local = work / "local" / "data"
+        result["local_setup_s"] = timed(make_local, local)
+        job = job_for(f"file://{local}", work / "jobs-local")
+        result["local"] = measure(job, repeats=3)
         result["local"].update(ledger_figures(job))
-        print(json.dumps(result["local"]), flush=True)
+        print(json.dumps({"local": result["local"]}), flush=True)
 
-        proc, port = start_weed(work / "weed")
+        hdfs, info, classpath = start_hdfs(work / "hdfs")
+        procs.append(hdfs)
+        result["hdfs_setup_s"] = timed(make_hdfs, work / "hdfs", classpath, info["namenode_rpc"], "/bench/data")
+        webhdfs = urlsplit(info["webhdfs"])
+        result["hdfs"] = measure(job_for(f"webhdfs://{webhdfs.netloc}/bench/data", work / "jobs-hdfs"))
+        print(json.dumps({"hdfs": result["hdfs"]}), flush=True)
+
+        weed, port, filer = start_weed(work / "weed")
+        procs.append(weed)
         for key, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
                            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():  # fmt: skip
             os.environ[key] = value
         fs = pafs.S3FileSystem(access_key="bench", secret_key="bench-secret", endpoint_override=f"127.0.0.1:{port}",
                                scheme="http", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
-        began = time.perf_counter()
-        objects = make_s3(fs, "bench", 10)
-        result["s3_objects"] = objects
-        result["s3_files_per_partition"] = 10
-        result["s3_setup_s"] = round(time.perf_counter() - began, 1)
-        result["s3"] = measure(job_for("s3://bench/data", work / "jobs-s3"), repeats=3)
-        print(json.dumps(result["s3"]), flush=True)
-        proxy = LatencyProxy(port, LATENCY_MS / 1000)
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
-        result[f"s3_latency_{LATENCY_MS}ms"] = measure(job_for("s3://bench/data", work / "jobs-s3-latency"))
-        proxy.close()
+        result["s3_setup_s"] = timed(make_s3, fs, filer, local, "bench")
+        result["s3"] = measure(job_for("s3://bench/data", work / "jobs-s3"))
+        print(json.dumps({"s3": result["s3"]}), flush=True)
+
+        hdfs_proxy = LatencyProxy(webhdfs.port, LATENCY_MS / 1000)
+        uri = f"webhdfs://127.0.0.1:{hdfs_proxy.port}/bench/data"
+        result[f"hdfs_latency_{LATENCY_MS}ms"] = measure(job_for(uri, work / "jobs-hdfs-l"), days=LATENCY_DAYS)
+        hdfs_proxy.close()
+        s3_proxy = LatencyProxy(port, LATENCY_MS / 1000)
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{s3_proxy.port}"
+        result[f"s3_latency_{LATENCY_MS}ms"] = measure(
+            job_for("s3://bench/data", work / "jobs-s3-l"), days=LATENCY_DAYS
+        )
+        s3_proxy.close()
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
-    result["ratio"] = result["s3"]["ratio"]
-    result["ratio_local"] = result["local"]["ratio"]
-    result[f"ratio_s3_latency_{LATENCY_MS}ms"] = result[f"s3_latency_{LATENCY_MS}ms"]["ratio"]
+    for name in ("hdfs", "s3", "local"):
+        result[f"ratio_{name}"] = result[name]["ratio"]
+        result[f"ratio_{name}_1thread"] = result[name]["ratio_1thread"]
+        result[f"{name}_naive_tasks_per_s"] = result[name]["naive_tasks_per_s"]
+        result[f"{name}_dtgg_tasks_per_s"] = result[name]["dtgg_tasks_per_s"]
+        result[f"{name}_dtgg_1thread_tasks_per_s"] = result[name]["dtgg_1thread_tasks_per_s"]
+    for name in ("hdfs", "s3"):
+        modelled = result[f"{name}_latency_{LATENCY_MS}ms"]
+        result[f"ratio_{name}_latency_{LATENCY_MS}ms"] = modelled["ratio"]
+        result[f"ratio_{name}_latency_{LATENCY_MS}ms_1thread"] = modelled["ratio_1thread"]
     result["paper_ratio_fused_scans"] = 23
     print(json.dumps(result))
 

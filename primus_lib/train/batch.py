@@ -40,14 +40,19 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         raise ValueError(f"sample table lacks columns {missing} (has {sorted(names)})")
     rows = table.num_rows
     keys = [f.name for f in features.sparse]
-    values = np.concatenate([_np(table, k, np.int64) for k in keys]) if keys else np.zeros(0, np.int64)
+    # One copy per output: views of the Arrow buffers are concatenated/stacked straight into the
+    # owned arrays torch gets (the per-step cost of this function is per-sample input overhead).
+    if keys:
+        values = np.concatenate([_view(table, k) for k in keys]).astype(np.int64, copy=False)
+    else:
+        values = np.zeros(0, np.int64)
     sparse = KeyedJaggedTensor.from_lengths_sync(
         keys=keys,
         values=torch.from_numpy(values),
         lengths=torch.ones(rows * len(keys), dtype=torch.int64),
     )
     if features.dense:
-        dense = np.stack([_np(table, k, np.float32) for k in features.dense], axis=1)
+        dense = np.stack([_view(table, k) for k in features.dense], axis=1).astype(np.float32, copy=False)
     else:
         dense = np.zeros((rows, 0), np.float32)
     ids = None
@@ -62,10 +67,15 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
     )
 
 
-def _np(table: pa.Table | pa.RecordBatch, name: str, dtype: type) -> np.ndarray:
+def _view(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
+    """The column as numpy: zero-copy (read-only) when it has no nulls and one chunk."""
     column = table.column(name)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if column.null_count:
         column = column.fill_null(0)
-    return np.array(column.to_numpy(zero_copy_only=False), dtype=dtype, copy=True)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _np(table: pa.Table | pa.RecordBatch, name: str, dtype: type) -> np.ndarray:
+    return np.array(_view(table, name), dtype=dtype, copy=True)

@@ -44,6 +44,7 @@ class BatchFeed:
         self.shard = 0  # next shard of that window
         self.done_seq = 0  # last window fully read
         self.windows: dict[int, QueuedWindow] = {}
+        self.peeked: tuple[int, QueuedWindow] | None = None  # (done_seq, the window after it)
 
     def position(self) -> dict:
         return {"seq": self.seq, "shard": self.shard, "done_seq": self.done_seq}
@@ -54,8 +55,13 @@ class BatchFeed:
     def next_window(self) -> QueuedWindow | None:
         if self.seq and self.seq != self.done_seq:
             return self.windows.get(self.seq) or self._lookup(self.seq)
+        # every read and readiness check asks for the next window: a database round trip, unless
+        # the answer is known (seqs only grow, so the first window after done_seq stays the first)
+        if self.peeked is not None and self.peeked[0] == self.done_seq:
+            return self.peeked[1]
         for window in self.queue.windows(self.stream, after_seq=self.done_seq):
             self.windows[window.seq] = window
+            self.peeked = (self.done_seq, window)
             return window
         return None
 

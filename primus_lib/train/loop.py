@@ -176,7 +176,8 @@ class Trainer:
             return False
         buffer = self.reader.buffers[decision.buffer]
         rows = self.reader.serve(buffer.name, decision.take) if decision.take else None
-        batch = to_batch(rows, self.features, self.id_column) if rows is not None else None
+        ids = self.id_column if self.sample_log is not None else None  # row ids only feed the sample log
+        batch = to_batch(rows, self.features, ids) if rows is not None else None
         result = self.coordinator.step(self.stepper, buffer.kind, batch, decision.global_rows)
         self.step += 1
         if batch is None or result is None:

@@ -79,7 +79,8 @@ class Stepper:
 
     def step(self, kind: str, batch: Batch) -> StepResult:
         graph = self.graph_for(kind)
-        self.model.train()
+        if not self.model.training:  # train() walks every module: only after predict()
+            self.model.train()
         emb = self.model.embed(batch.sparse)
         if not self.updates_embeddings(kind):
             emb = emb.detach()
@@ -97,7 +98,8 @@ class Stepper:
         global minibatch of ``global_rows``. Only the parameters ``kind`` updates get gradients; they
         are summed over ranks (``group.reduce_grads``), so every rank applies the same update."""
         graph = self.graph_for(kind)
-        self.model.train()
+        if not self.model.training:
+            self.model.train()
         params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
         update_emb = self.updates_embeddings(kind)
         tables = list(self.model.embeddings.parameters()) if update_emb else []

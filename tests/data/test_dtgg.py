@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import uuid
 from datetime import timedelta
 
 import pyarrow as pa
@@ -42,7 +43,9 @@ def test_dtgg_plans_the_same_tasks_as_the_naive_planner_with_fewer_listings(layo
     assert [p.window for p in plans] == [p.window for p in naive] == [f"20261101T{h:02d}0000Z" for h in range(6)]
     assert [p.tasks for p in plans] == [p.tasks for p in naive]
     assert all(len(p.tasks) == 6 for p in plans)  # 3 impression + 3 click files, marker excluded
-    assert planner.listings == 1  # one fused scan for 2 sources x 6 windows (naive: 24 requests)
+    # data/, then impressions/ and clicks/ (pruning), then one walk of each day dir that holds
+    # the wanted partitions: 5 listings for 2 sources x 6 windows (naive: 24 requests)
+    assert planner.listings == 5
 
 
 def test_restarted_planner_resumes_from_the_ledger_without_listing(layout):
@@ -135,7 +138,32 @@ def test_parallel_generation_keeps_time_order_over_chunks(layout):
     planner = Planner(job, "history", threads=4, ledger=False, chunk_windows=4)
     windows = [p.start for p in planner.plan()]
     assert windows == sorted(windows) and len(windows) == 6
-    assert planner.listings == 2  # one fused scan per chunk
+    assert planner.listings == 10  # the same 5 fused listings per chunk
+
+
+def test_on_hdfs_every_partition_is_listed_once_and_threads_do_not_change_the_plan(hdfs_cluster, tmp_path):
+    write_layout(tmp_path / "local", hours=4, rows=10, files=3)
+    base = f"/dtgg-{uuid.uuid4().hex[:8]}/data"
+    hdfs_cluster.put(tmp_path / "local", base)
+    hdfs_cluster.write_bytes(f"{base}/clicks/20261101/01/_temporary/0/part-9.parquet", b"partial")
+    job = make_job(job_doc(hdfs_cluster.uri(base), hours=4), tmp_path)
+    naive = [p.tasks for p in naive_plan(job, "history")]
+    planners = {n: Planner(job, "history", threads=n, ledger=False) for n in (1, 3, 8)}
+    plans = {n: [p.tasks for p in planner.plan()] for n, planner in planners.items()}
+    assert plans[1] == plans[3] == plans[8] == naive
+    assert [len(t) for t in naive] == [6, 6, 6, 6]  # 3 files x 2 sources; markers and _temporary/ left out
+    assert {p.listings for p in planners.values()} == {8}  # one LISTSTATUS per partition (naive: 3 calls each)
+    assert naive[1][3].uri == f"{hdfs_cluster.uri(base)}/clicks/20261101/01/part-000.parquet"
+
+
+def test_listing_threads_come_from_the_environment_when_not_given(layout, monkeypatch):
+    job = _job(layout)
+    monkeypatch.setenv("PRIMUS_DTGG_THREADS", "3")
+    assert Planner(job, "history", ledger=False).threads == 3
+    assert Planner(job, "history", threads=1, ledger=False).threads == 1
+    monkeypatch.setenv("PRIMUS_DTGG_THREADS", "many")
+    with pytest.raises(ValueError, match=r"PRIMUS_DTGG_THREADS='many': expected a whole number"):
+        Planner(job, "history", ledger=False)
 
 
 def test_plan_cli_prints_json(layout, capsys, monkeypatch):

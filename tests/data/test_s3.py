@@ -32,7 +32,7 @@ def test_s3_window_plans_with_one_listing_and_matches_local_bytes(s3_layout, tmp
     planner = Planner(job, "history", threads=2, ledger=False)
     plans = list(planner.plan())
     assert [len(p.tasks) for p in plans] == [4, 4, 4]
-    assert planner.listings == 1
+    assert planner.listings == 5  # data/ and its 2 sources (pruning), then one walk per source's day
     assert plans[0].tasks[0].uri == f"{uri}/impressions/20261101/00/part-000.parquet"
     on_s3 = run_window(job, "history", T0).manifest
     on_disk = run_window(make_job(job_doc(f"file://{local}", hours=3), tmp_path / "localjob"), "history", T0).manifest

@@ -109,3 +109,24 @@ def test_served_output_and_state_round_trip(tiny):
     a, b = stepper.step("stream", batch), clone.step("stream", batch)  # optimizer state restored too
     assert a.loss == b.loss
     np.testing.assert_array_equal(clone.predict(batch), stepper.predict(batch))
+
+
+def test_a_step_after_predict_trains_in_training_mode_and_matches_one_without(tiny):
+    _, job = tiny
+    batch = _batch(job)
+    served, plain = Stepper(job, mode="mtrm"), Stepper(job, mode="mtrm")
+    served.predict(batch)
+    assert not any(m.training for m in served.model.modules())  # predict() switched to eval
+    a, b = served.step("stream", batch), plain.step("stream", batch)
+    assert all(m.training for m in served.model.modules())  # the step switched back, every module
+    assert a.loss == b.loss
+    np.testing.assert_array_equal(a.probs, b.probs)
+
+
+def test_row_ids_are_read_only_when_asked_for(tiny):
+    _, job = tiny
+    assert _batch(job).ids[:2] == ["r0", "r1"]
+    table = pa.table({"request_id": ["a", "b"], "clicked": [1.0, 0.0], "ts": [1, 2], "user_id": [1, 2],
+                      "item_id": [3, 4], "category": [5, 6], "price": [1.0, 2.0], "age": [20.0, 30.0]})  # fmt: skip
+    assert to_batch(table, job.spec.features).ids is None
+    assert to_batch(table, job.spec.features, "request_id").ids == ["a", "b"]

@@ -2,10 +2,11 @@
 
 A naive planner lists every partition directory of every source for every window (plus a
 request per success marker). Here the partition directories wanted by all sources and windows
-of a planning chunk are grouped by filesystem; each group's common parent is listed once,
-recursively, and the files are bucketed by directory. To list in parallel the common parent is
-first expanded a level or two (pruning subtrees no wanted partition lies under) and the
-remaining subtrees are listed concurrently. (The cache of generated task lists is the
+of a planning chunk are grouped by filesystem; from their common parent down, subtrees no
+wanted partition lies under are pruned (a non-recursive listing per level), and each directory
+that holds wanted partitions is listed once, recursively, the walks running concurrently; the
+files are bucketed by directory. WebHDFS has no recursive listing: there each wanted
+directory is listed once, concurrently (``webhdfs.py``). (The cache of generated task lists is the
 ledger: a planned window is never listed again.)
 """
 
@@ -43,12 +44,12 @@ class Listing:
 class FusedLister:
     """Lists the wanted directories of one filesystem with as few listings as the layout allows."""
 
-    def __init__(self, threads: int = 4, fanout_target: int | None = None, max_expand_depth: int = 2):
+    def __init__(self, threads: int = 4, max_levels: int = 6):
         self.threads = max(1, threads)
-        self.fanout_target = fanout_target or self.threads
-        self.max_expand_depth = max_expand_depth
+        self.max_levels = max_levels  # directory levels pruned above the partitions at most
         self.requests = 0
         self._lock = threading.Lock()
+        self._hdfs_listers: dict[int, object] = {}
 
     def list(self, fs: pafs.FileSystem, wanted: set[str]) -> Listing:
         """Files of every directory in ``wanted`` (paths ending in ``/``) that exists."""
@@ -56,15 +57,10 @@ class FusedLister:
         if not wanted:
             return listing
         targets = sorted(wanted)
-        root = _common_dir(targets)
-        frontier = [root]
-        # Expanding costs a request per directory: only worth it when there is a lot to list,
-        # and never down to the partitions themselves (that would be the naive listing again).
-        depth = self.max_expand_depth if self.threads > 1 and len(targets) >= 32 * self.fanout_target else 0
-        for _ in range(depth):
-            if len(frontier) >= self.fanout_target or all(d in wanted for d in frontier):
-                break
-            frontier = self._expand(fs, frontier, targets, wanted, listing)
+        hdfs = self._webhdfs(fs)
+        if hdfs is not None:  # no recursive listing over WebHDFS: one request per partition
+            return self._list_each(hdfs, targets, listing)
+        frontier = self._frontier(fs, _common_dir(targets), targets, wanted)
         if len(frontier) == 1 or self.threads == 1:
             results = [self._walk(fs, d) for d in frontier]
         else:
@@ -76,24 +72,58 @@ class FusedLister:
         listing.requests = self.requests
         return listing
 
-    def _expand(self, fs, frontier: list[str], targets: list[str], wanted: set[str], listing: Listing) -> list[str]:
-        """One level of non-recursive listings; keep subdirectories some wanted path lies under."""
-        out: list[str] = []
-        for directory in frontier:
-            if directory in wanted:  # a wanted partition is walked whole
-                out.append(directory)
-                continue
-            children = []
-            for info in self._ls(fs, directory, recursive=False):
-                if not info.is_file:
-                    child = info.path.rstrip("/") + "/"
-                    if _has_prefix(targets, child):
-                        children.append(child)
-            if any(c in wanted for c in children):  # one level above the partitions: walk it whole
-                out.append(directory)
-            else:
-                out.extend(children)
-        return out
+    def _webhdfs(self, fs):
+        from primus_lib.data.dtgg.webhdfs import WebHdfsLister, webhdfs_client
+
+        client = webhdfs_client(fs)
+        if client is None:
+            return None
+        lister = self._hdfs_listers.get(id(client))
+        if lister is None:
+            lister = self._hdfs_listers[id(client)] = WebHdfsLister(client)
+        return lister
+
+    def _list_each(self, hdfs, targets: list[str], listing: Listing) -> Listing:
+        """Each wanted directory listed once, ``threads`` at a time; absent ones stay absent."""
+
+        def one(directory: str):
+            with self._lock:
+                self.requests += 1
+            return directory, hdfs.list_dir(directory)
+
+        if self.threads == 1 or len(targets) == 1:
+            results = [one(d) for d in targets]
+        else:
+            with ThreadPoolExecutor(min(self.threads, len(targets)), thread_name_prefix="dtgg-list") as pool:
+                results = list(pool.map(one, targets))
+        for directory, entries in results:
+            if entries is not None:
+                listing.dirs[directory].extend(entries)
+        listing.requests = self.requests
+        return listing
+
+    def _frontier(self, fs, root: str, targets: list[str], wanted: set[str]) -> list[str]:
+        """The directories to walk: from ``root`` down, non-recursive listings (one request per
+        directory) prune every subtree no wanted partition lies under, until each directory left
+        is a wanted partition or holds one directly. Subtrees of old or future partitions are
+        never listed, and a directory's partitions are still listed together in one walk."""
+        final: list[str] = []
+        todo = [root]
+        for _ in range(self.max_levels):
+            if not todo:
+                break
+            deeper: list[str] = []
+            for directory in todo:
+                if directory in wanted or _holds_wanted(targets, directory):
+                    final.append(directory)
+                    continue
+                for info in self._ls(fs, directory, recursive=False):
+                    if not info.is_file:
+                        child = info.path.rstrip("/") + "/"
+                        if _has_prefix(targets, child):
+                            deeper.append(child)
+            todo = deeper
+        return final + todo
 
     def _walk(self, fs, directory: str) -> dict[str, list[FileEntry]]:
         out: dict[str, list[FileEntry]] = defaultdict(list)
@@ -114,6 +144,16 @@ class FusedLister:
 def _common_dir(paths: list[str]) -> str:
     prefix = os.path.commonprefix(paths)
     return prefix[: prefix.rfind("/") + 1]
+
+
+def _holds_wanted(sorted_paths: list[str], directory: str) -> bool:
+    """Whether a wanted path lies directly in ``directory`` (one level down)."""
+    i = bisect.bisect_left(sorted_paths, directory)
+    while i < len(sorted_paths) and sorted_paths[i].startswith(directory):
+        if "/" not in sorted_paths[i][len(directory) : -1]:
+            return True
+        i += 1
+    return False
 
 
 def _has_prefix(sorted_paths: list[str], prefix: str) -> bool:

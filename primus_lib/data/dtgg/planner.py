@@ -2,13 +2,15 @@
 
 Windows are planned in chunks: one fused listing per filesystem serves every (source, window)
 of the chunk, the DataSource/Joiner work of the chunk's windows runs on a thread pool, and the
-Sinks run in window order. Windows already in the ledger are served from it (cached task
+Sinks run in window order. ``threads`` (default ``$PRIMUS_DTGG_THREADS``, else 4) bounds both
+pools; the plan does not depend on it. Windows already in the ledger are served from it (cached task
 lists): a restarted planner does no listing for them.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,17 @@ from primus_lib.data.ledger import TaskLedger
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.job import PrimusJob
 
+THREADS_ENV = "PRIMUS_DTGG_THREADS"  # listing/generation concurrency when the caller gives none
+DEFAULT_THREADS = 4
+
+
+def _env_threads() -> int:
+    value = os.environ.get(THREADS_ENV, "")
+    try:
+        return int(value) if value else DEFAULT_THREADS
+    except ValueError:
+        raise ValueError(f"${THREADS_ENV}={value!r}: expected a whole number of threads") from None
+
 
 class Planner:
     """Plans the batch windows of one job's stream into the ledger (the data task queue)."""
@@ -30,7 +43,7 @@ class Planner:
         job: PrimusJob,
         stream: str,
         *,
-        threads: int = 4,
+        threads: int | None = None,
         ledger: TaskLedger | None | bool = True,
         now: datetime | None = None,
         chunk_windows: int | None = None,
@@ -39,7 +52,7 @@ class Planner:
         self.stream = job.stream(stream)
         if self.stream.kind != "batch":
             raise ValueError(f"stream {stream!r} is a {self.stream.kind} stream; DTGG plans batch streams")
-        self.threads = max(1, threads)
+        self.threads = max(1, threads if threads is not None else _env_threads())
         self.ledger = TaskLedger(JobPaths.for_job(job).ledger) if ledger is True else (ledger or None)
         self.now = now
         # default: two weeks of windows per fused scan (336 hourly or 14 daily windows)
