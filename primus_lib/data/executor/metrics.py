@@ -8,7 +8,6 @@ failure here is logged and ignored: metrics never fail a data task."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -25,19 +24,11 @@ WINDOWS_AHEAD_ENV = "PRIMUS_MAX_ACTIVE_RUNS"  # the DAG's max_active_runs: windo
 DEFAULT_WINDOWS_AHEAD = 3
 
 
-BACKLOG_TTL_SECONDS = 1.0  # a runner's tasks reuse the backlog this long (the scaler polls every few seconds)
-_backlogs: dict[str, tuple[float, float]] = {}  # ledger -> (monotonic time read, backlog)
-
-
 def batch_backlog(job: PrimusJob) -> float:
     """Committed batch windows the trainer has not consumed yet, over the windows the pipeline may
-    run ahead (0: the trainer has everything the executors made; 1: a full pipeline waits)."""
-    key = str(JobPaths.for_job(job).ledger)
-    read, value = _backlogs.get(key, (float("-inf"), 0.0))
-    if time.monotonic() - read > BACKLOG_TTL_SECONDS:
-        value = _read_backlog(job)
-        _backlogs[key] = (time.monotonic(), value)
-    return value
+    run ahead (0: the trainer has everything the executors made; 1: a full pipeline waits). Read
+    per task, never cached: a cached value goes stale exactly when a window commits."""
+    return _read_backlog(job)
 
 
 def _read_backlog(job: PrimusJob) -> float:
