@@ -99,8 +99,15 @@ class AirflowApi:
         return self.request("POST", "/api/v2/backfills", {k: v for k, v in body.items() if v is not None})
 
     def dag_runs(self, dag_id: str) -> list[dict]:
-        params = {"limit": 1000, "order_by": "logical_date"}
-        return self.request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params=params)["dag_runs"]
+        """Every run, oldest first, page by page: the API silently caps a page at ``[api]
+        maximum_page_limit`` (100 by default), so one call never saw the runs of a longer backfill."""
+        runs: list[dict] = []
+        while True:
+            params = {"limit": 100, "offset": len(runs), "order_by": "logical_date"}
+            page = self.request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params=params)
+            runs += page["dag_runs"]
+            if not page["dag_runs"] or len(runs) >= page.get("total_entries", 0):
+                return runs
 
     def wait_backfill(
         self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0,
