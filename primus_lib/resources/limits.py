@@ -3,12 +3,11 @@
 The allotment is the vertical policy's latest decision (``primus_lib.allocation.role_resources``).
 A batch data task runs inside ``enforced(limits, name)``: Arrow's CPU and I/O pools and the OpenMP /
 BLAS / torch threads set to ``ceil(cpu)``, memory capped at ``limits.memory`` above what the process
-held when the block began (``MemoryCapExceeded`` naming the task; killed past ``MEMORY_HARD_FACTOR``
-x the cap). The local supervisor starts a worker with ``thread_env``, ``pin_cores`` and its ``Cgroup``.
-Memory: cgroup v2 where this process's cgroup can give a child the memory controller, else an RSS
-guard (not ``RLIMIT_AS``: Python and Arrow reserve far more address space than they touch).
-``PRIMUS_CGROUP=off`` disables cgroups, ``=DIR`` names this process's own cgroup. docs/scaling.md
-("Vertical scaling takes effect") has the details.
+held when the block began, children started before it excluded (``MemoryCapExceeded`` naming the
+task; killed past ``MEMORY_HARD_FACTOR`` x the cap). The supervisor starts a worker with ``thread_env``,
+``pin_cores`` and its ``Cgroup``. Memory: cgroup v2 where this process's cgroup can give a child the
+memory controller, else an RSS guard (not ``RLIMIT_AS``: Python and Arrow reserve far more address
+space than they touch). ``PRIMUS_CGROUP=off`` disables cgroups, ``=DIR`` names this process's own.
 """
 
 from __future__ import annotations
@@ -210,8 +209,7 @@ class _Guard:
         self.cap, self.hard = cap, cap * MEMORY_HARD_FACTOR
         self.proc = psutil.Process()
         self.peak_ok = _reset_peak()
-        # children alive before the block (a server this process started earlier) are not the task's
-        self.elders = {p.pid for p in self.proc.children(recursive=True)}
+        self.elders = {p.pid for p in self.proc.children(recursive=True)}  # older children: not the task's
         self.base = self.proc.memory_info().rss
         self.watched: dict[int, str] = {}
         self.signalled: dict[int, tuple[float, float]] = {}  # thread -> (used, rss) when told
@@ -225,8 +223,8 @@ class _Guard:
         while not self.stop.wait(GUARD_POLL_SECONDS):
             try:
                 if polls % CHILDREN_EVERY_POLLS == 0:
-                    children = sum(p.memory_info().rss for p in self.proc.children(recursive=True)
-                                   if p.pid not in self.elders)  # fmt: skip
+                    kids = self.proc.children(recursive=True)
+                    children = sum(p.memory_info().rss for p in kids if p.pid not in self.elders)
                 polls += 1
                 own = self.proc.memory_info().rss
                 if self.peak_ok:
@@ -258,8 +256,7 @@ class _Guard:
 
     @contextmanager
     def watching(self, name: str) -> Iterator[None]:
-        """Run the block in this thread under the cap; past it the block fails with MemoryCapExceeded
-        (also when the code inside caught the guard's signal, or failed otherwise meanwhile)."""
+        """Run the block under the cap; past it: MemoryCapExceeded (even if the block caught the signal)."""
         thread_id = threading.get_ident()
         with self.lock:
             self.watched[thread_id] = name
