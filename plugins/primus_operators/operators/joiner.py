@@ -24,7 +24,7 @@ class PrimusJoinerOperator(BaseOperator):
         self.stream = stream
 
     def execute(self, context: Any) -> Any:
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from primus_lib.data.executor import join_window
         from primus_lib.data.sources.quality import WindowDataError
