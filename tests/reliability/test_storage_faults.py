@@ -224,10 +224,10 @@ class Weed:
 def weed(tmp_path, monkeypatch):
     server = Weed(tmp_path / "weed")
     server.start()
-    for key, value in server.server.env().items():
-        monkeypatch.setenv(key, value)
-    server.server.filesystem().create_dir("state")
-    try:
+    try:  # stopped whatever fails after it started
+        for key, value in server.server.env().items():
+            monkeypatch.setenv(key, value)
+        server.server.filesystem().create_dir("state")
         yield server
     finally:
         server.kill()
