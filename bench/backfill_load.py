@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devstack.proc import poll_until  # noqa: E402
+
 NAME = "af-load"
 START = datetime(2026, 1, 1, tzinfo=UTC)  # windows in the past: the scaler sensor ends at once
 PASSWORD = "primus-load-admin"
@@ -128,7 +130,7 @@ def start_airflow(root: Path, job, db_url: str, parallelism: int):
     sync_dag_stubs(env, job.dags)
     stack.spawn(env)
     try:
-        wait_for(stack.healthy, "a healthy Airflow", 300)
+        poll_until(stack.healthy, "a healthy Airflow", 300)
     except BaseException:
         stop_airflow(stack)
         raise
@@ -138,20 +140,6 @@ def start_airflow(root: Path, job, db_url: str, parallelism: int):
 def stop_airflow(stack) -> None:
     for daemon in stack.daemons.values():
         daemon.stop(timeout=45)
-
-
-def wait_for(check: Callable[[], object], what: str, timeout: float, poll: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = check()
-        except Exception:  # a server still starting
-            found = None
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
 
 
 # -- what is measured --------------------------------------------------------------------------
@@ -300,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         job = write_job(root / "job", args.windows, ledger_url)
         stack, _ = start_airflow(root / "airflow", job, airflow_url, args.parallelism)
         api = AirflowApi(stack.url, "admin", PASSWORD)
-        wait_for(lambda: api.request("GET", f"/api/v2/dags/{NAME}"), "the DAG", 180)
+        poll_until(lambda: api.request("GET", f"/api/v2/dags/{NAME}"), "the DAG", 180)
         before = db_sizes(airflow_url, ledger_url)
         done = run_backfill(api, NAME, args.windows, airflow_url, ledger_url, args.max_active_runs, args.budget)
         after = db_sizes(airflow_url, ledger_url)

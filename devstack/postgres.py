@@ -36,7 +36,7 @@ def bindir() -> Path:
     raise RuntimeError("PostgreSQL server binaries (initdb, postgres) not found: run scripts/install-system.sh")
 
 
-def _owner() -> pwd.struct_passwd | None:
+def cluster_owner() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
     try:
@@ -58,7 +58,7 @@ class Postgres:
         return f"postgresql+psycopg2://{ROLE}:{self.password}@127.0.0.1:{self.port}/{ROLE}"
 
     def _env_and_user(self) -> tuple[dict[str, str], dict]:
-        owner = _owner()
+        owner = cluster_owner()
         env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
         if owner is None:
             return env, {}
@@ -66,7 +66,7 @@ class Postgres:
         return env, {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
 
     def _chown(self, path: Path) -> None:
-        owner = _owner()
+        owner = cluster_owner()
         if owner is not None:
             os.chown(path, owner.pw_uid, owner.pw_gid)
 

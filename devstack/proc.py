@@ -107,3 +107,19 @@ def wait_for_line(proc: subprocess.Popen, word: str, timeout: float = 60.0) -> s
                 return line
     tail = "".join(seen)[-3000:]
     raise RuntimeError(f"{word!r} not printed (exit {proc.poll()}, {timeout:.0f}s):\n{tail}")
+
+
+def poll_until(check: Callable[[], object], what: str, timeout: float, poll: float = 1.0) -> object:
+    """Call ``check`` until it returns something truthy (an exception counts as not yet: a server
+    still starting) and return that; ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = check()
+        except Exception:
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll)

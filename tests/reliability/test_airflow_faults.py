@@ -19,6 +19,7 @@ import time
 import pytest
 
 from devstack.airflow import Airflow
+from devstack.proc import poll_until
 from primus_lib.paths import parse_window_id
 from tests.fixtures._proc import free_port
 from tests.fixtures.airflow import airflow_binary, airflow_env, make_job, sync_dag_stubs
@@ -59,7 +60,7 @@ def airflow(tmp_path, postgres_server):
     sync_dag_stubs(env, job.dags)
     try:
         stack.spawn(env)
-        _wait(stack.healthy, "a healthy Airflow", 240)
+        poll_until(stack.healthy, "a healthy Airflow", 240)
         yield stack, env, job
     finally:
         from primus_lib.resources import backend_for
@@ -73,19 +74,6 @@ def airflow(tmp_path, postgres_server):
         finally:
             for daemon in stack.daemons.values():
                 daemon.stop(timeout=45)  # SIGTERM to its group, SIGKILL after 45 s
-
-
-def _wait(check, what: str, timeout: float, poll: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = check()
-        except Exception:  # a component still starting
-            found = None
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll)
 
 
 def _kill(stack: Airflow, env: dict, name: str) -> None:
@@ -106,7 +94,7 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
 
     stack, env, job = airflow
     api = AirflowApi(stack.url, "admin", PASSWORD)
-    _wait(lambda: api.request("GET", f"/api/v2/dags/{job.name}"), "the DAG", 120)
+    poll_until(lambda: api.request("GET", f"/api/v2/dags/{job.name}"), "the DAG", 120)
     api.set_paused(job.name, False)
     body = {"dag_id": job.name, "from_date": "2026-11-01T00:00:00Z", "to_date": "2026-11-01T02:00:00Z",
             "max_active_runs": 1, "reprocess_behavior": "failed", "run_backwards": False}  # fmt: skip
@@ -121,7 +109,7 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
                       key=lambda r: r["logical_date"])  # fmt: skip
 
     # 1. the triggerer dies while the first window's train task is deferred
-    _wait(lambda: [r for r in backfill_runs()[:1] if train_of(r)["state"] == "deferred"], "a deferred train", 400)
+    poll_until(lambda: [r for r in backfill_runs()[:1] if train_of(r)["state"] == "deferred"], "a deferred train", 400)
     _kill(stack, env, "triggerer")
 
     def tasks_of(run: dict) -> list[dict]:
@@ -134,7 +122,7 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
         return [f"{t['task_id']}[{t['map_index']}]" for t in tasks_of(runs[1]) if t["state"] == "running"]
 
     # 2. the scheduler dies (with its executor's task processes) while the second window's tasks run
-    interrupted = _wait(second_run_working, "a running task of the second window", 400, poll=0.3)
+    interrupted = poll_until(second_run_working, "a running task of the second window", 400, poll=0.3)
     _kill(stack, env, "scheduler")
     runs = api.wait_backfill(backfill["id"], job.name, len(WINDOWS), timeout=600)
     assert [r["state"] for r in runs] == ["success"] * len(WINDOWS), [(r["logical_date"], r["state"]) for r in runs]
