@@ -29,6 +29,7 @@ def _bench():
 
 
 def test_a_backfill_costs_the_same_per_window_at_the_end_and_queues_each_window_once(tmp_path, postgres_server):
+    from devstack.proc import poll_until
     from primus_lib.airflow_api import AirflowApi
     from primus_lib.paths import window_id
     from tests.fixtures.airflow import airflow_binary
@@ -41,7 +42,7 @@ def test_a_backfill_costs_the_same_per_window_at_the_end_and_queues_each_window_
     stack, _ = load.start_airflow(tmp_path / "airflow", job, airflow_url, parallelism=3)
     try:
         api = AirflowApi(stack.url, "admin", load.PASSWORD)
-        load.wait_for(lambda: api.request("GET", f"/api/v2/dags/{load.NAME}"), "the DAG", 180)
+        poll_until(lambda: api.request("GET", f"/api/v2/dags/{load.NAME}"), "the DAG", 180)
         before = load.db_sizes(airflow_url, ledger_url)
         done = load.run_backfill(api, load.NAME, WINDOWS, airflow_url, ledger_url, max_active_runs=3,
                                  budget=900, log=lambda _line: None)  # fmt: skip
