@@ -6,13 +6,22 @@ when the DAG file is parsed, so it lags a vertical decision of the scaler until 
 by the KubernetesExecutor in the scheduler): for a pod marked by ``mark_pod_override`` it reads
 the role's current allotment (``resources.json`` with the job's shared state, s3:// or
 webhdfs:// included, via ``primus_lib.allocation``) and sets the base container's requests and
-limits. Installed by ``config/airflow/airflow_local_settings.py``.
+limits.
+
+Installed with the package: Airflow loads the ``airflow.policy`` entry point (pyproject.toml) in
+every one of its processes at start (a deployment's own ``airflow_local_settings`` hook of the
+same name runs as well: pluggy calls every implementation). That start is also where DAG parsing gets cheap: the DAG processor forks
+one process per DAG file from a process that has loaded this module, so what ``warm_dag_parsing``
+imports (the job-spec model, whose validators pydantic builds at import, and the operators) is
+paid once per DAG processor instead of once per generated DAG file (bench/dag_parse.py).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+
+from airflow.policies import hookimpl
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -52,6 +61,7 @@ def mark_pod_override(config: dict[str, Any], job: PrimusJob, role: str = "data_
     return config
 
 
+@hookimpl
 def pod_mutation_hook(pod: k8s.V1Pod) -> None:
     """Set a marked pod's base container to the role's current CPU/memory; others pass unchanged.
 
@@ -97,3 +107,16 @@ def set_resources(pod: k8s.V1Pod, cpu: float, memory: float) -> None:
             limits={**(current.limits or {}), **sized},
             claims=current.claims,
         )
+
+
+def warm_dag_parsing() -> None:
+    """Import what every Primus DAG file needs; a broken install must not stop Airflow itself
+    (each DAG file then reports the import error where users look for it)."""
+    try:
+        import primus_lib.spec  # noqa: F401
+        import primus_operators.operators  # noqa: F401
+    except Exception as exc:
+        log.warning("primus: DAG parsing not pre-warmed (%s: %s)", type(exc).__name__, exc)
+
+
+warm_dag_parsing()

@@ -17,6 +17,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.safety import has_control
 
 MAX_VALUES = 100_000  # mappings, lists and scalars in a spec after alias expansion
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~25x faster, every DAG parse loads a spec
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -49,7 +50,7 @@ def parse_job(
     warnings: list[Problem] | None = None,
 ) -> PrimusJob:
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"

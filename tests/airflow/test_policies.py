@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -28,7 +29,7 @@ from primus_lib.allocation import allocations_dir, record_allocation
 from primus_lib.spec import load_job
 from primus_lib.storage import StorageLocation
 from tests.airflow.test_dag_factory import GOOD, _sync
-from tests.fixtures.airflow import ROOT, copy_dags
+from tests.fixtures.airflow import copy_dags
 
 pytestmark = pytest.mark.integration
 TASK = "history.execute_impressions"
@@ -36,15 +37,13 @@ GiB = 2**30
 
 
 @pytest.fixture
-def local_settings(monkeypatch):
-    """Airflow's own loader imports config/airflow/airflow_local_settings.py into a fresh policy
-    plugin manager (restored afterwards), as the scheduler does at startup."""
-    monkeypatch.syspath_prepend(str(ROOT / "config" / "airflow"))
-    monkeypatch.delitem(sys.modules, "airflow_local_settings", raising=False)
+def policy_plugin(monkeypatch):
+    """The policy as Airflow installs it at startup: its ``airflow.policy`` entry point (the
+    installed package's metadata), loaded into a fresh policy plugin manager (restored afterwards)."""
     fresh = functools.cache(settings.get_policy_plugin_manager.__wrapped__)
     monkeypatch.setattr(settings, "get_policy_plugin_manager", fresh)
-    settings.import_local_settings()
-    assert fresh().hook.pod_mutation_hook.get_hookimpls()
+    settings.load_policy_plugins(fresh())
+    assert [h.plugin_name for h in fresh().hook.pod_mutation_hook.get_hookimpls()] == ["primus"]
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def _base(pod: k8s.V1Pod) -> k8s.V1ResourceRequirements:
     return next(c for c in pod.spec.containers if c.name == "base").resources
 
 
-def test_a_resize_after_the_parse_sizes_the_next_worker_pod(kube_job, local_settings, tmp_path, monkeypatch,
+def test_a_resize_after_the_parse_sizes_the_next_worker_pod(kube_job, policy_plugin, tmp_path, monkeypatch,
                                                             kube_cluster):  # fmt: skip
     job = load_job(kube_job, env={"PRIMUS_DATA": str(tmp_path / "data")})
     where = allocations_dir(job)
@@ -140,7 +139,7 @@ def test_a_resize_after_the_parse_sizes_the_next_worker_pod(kube_job, local_sett
             core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=0)
 
 
-def test_pods_of_other_tasks_and_unreadable_state_keep_their_resources(local_settings, monkeypatch, tmp_path):
+def test_pods_of_other_tasks_and_unreadable_state_keep_their_resources(policy_plugin, monkeypatch, tmp_path):
     from airflow.settings import pod_mutation_hook
 
     plain = k8s.V1Pod(
@@ -180,7 +179,7 @@ def _wait(core, name: str, check, timeout: float = 60.0):
         time.sleep(0.5)
 
 
-def test_the_store_is_read_with_the_storage_connection(kube_job, local_settings, tmp_path, monkeypatch, caplog):
+def test_the_store_is_read_with_the_storage_connection(kube_job, policy_plugin, tmp_path, monkeypatch, caplog):
     """spec.storage.connection_id: the scheduler has no AWS_* variables, only the Airflow connection
     (AIRFLOW_CONN_*); the DAG processor cannot read the state (the spec's size), the hook can."""
     from primus_operators.hooks.env import applied_env
@@ -208,3 +207,20 @@ def test_the_store_is_read_with_the_storage_connection(kube_job, local_settings,
     monkeypatch.delenv("AIRFLOW_CONN_STATE_S3")  # a connection the scheduler lacks: the parse-time size
     assert _base(_worker_pod(override, map_index=1)).requests == {"cpu": "1", "memory": "1Gi"}
     assert "keeps its parse-time resources" in caplog.text and keys["AWS_SECRET_ACCESS_KEY"] not in caplog.text
+
+
+def test_every_airflow_process_loads_the_policy_and_what_dag_files_need(tmp_path):
+    """The entry point is what installs the hook; the DAG processor, which forks per DAG file after
+    this start, then holds the spec model and the operators (bench/dag_parse.py measures the gain)."""
+    probe = (
+        "import sys, airflow\n"
+        "from airflow.settings import get_policy_plugin_manager\n"
+        "impls = get_policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls()\n"
+        "print([h.plugin_name for h in impls], 'primus_lib.spec.job' in sys.modules,"
+        " 'primus_operators.operators.trainer' in sys.modules)\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "['primus'] True True", out.stderr[-2000:]
