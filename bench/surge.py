@@ -16,7 +16,8 @@ Sampled every 2 s: the Kafka high watermarks (sum over partitions) minus the str
 trainer handed to training steps (``primus_trainer_rows_served_total{stream="realtime"}`` of its
 metrics snapshot): the lag in rows; the batch rows served and batch windows consumed
 (``trainer/progress.json``); the executors' buffer fill, the trainer's starved / back-pressure
-ratios, the stream executor replicas. Writes docs/img/surge-lag.png (``--plot``). Last line: JSON.
+ratios, the stream executor replicas and their own Kafka lag (``primus_executor_stream_lag_rows``,
+what the scaler adds them on). Writes docs/img/surge-lag.png (``--plot``). Last line: JSON.
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ class Sampler:
         trainer = prom_values(metrics / "trainer-0.prom")
         fills = [v for f in metrics.glob("stream_executor-*.prom") for (name, _), v in prom_values(f).items()
                  if name == "primus_executor_buffer_utilisation"]  # fmt: skip
+        lags = [v for f in metrics.glob("stream_executor-*.prom") for (name, _), v in prom_values(f).items()
+                if name == "primus_executor_stream_lag_rows"]  # fmt: skip
         progress = read_progress(self.paths.progress) if Path(self.paths.progress).exists() else {"consumed": {}}
         role = self.backend.status().roles.get("stream_executor")
         high = self.high_watermark()
@@ -184,6 +187,7 @@ class Sampler:
             "batch_windows_trained": sum(k.startswith("history/") for k in progress.get("consumed", {})),
             "executors_desired": role.desired if role else None, "executors_running": role.running if role else None,
             "executor_fill": round(float(np.mean(fills)), 3) if fills else None,
+            "executor_lag": int(sum(lags)) if lags else None,  # their Kafka lag: what the scaler reads
             "trainer_starved": trainer.get(("primus_trainer_starved_ratio", "0")),
             "trainer_backpressure": trainer.get(("primus_trainer_backpressure_ratio", "0")),
         }  # fmt: skip
@@ -333,6 +337,10 @@ def summary(rows: list[dict], decisions: list[dict], phases: tuple[float, float]
         "batch_windows_queued": rows[-1]["batch_windows_queued"],
         "batch_latency": batch_latency(rows, queued_at),
         "executors_max": max((r["executors_desired"] or 0) for r in rows),
+        "executors_max_by_phase": {name: max(((r["executors_desired"] or 0) for r in part), default=0)
+                                   for name, part in (("before", before), ("surge", surge), ("after", after))},
+        "executor_lag_max_by_phase": {name: max(((r["executor_lag"] or 0) for r in part), default=0)
+                                      for name, part in (("before", before), ("surge", surge), ("after", after))},
         "decisions": decisions, "samples": rows,
     }  # fmt: skip
 

@@ -22,6 +22,11 @@ crash) keeps its share for ``takeover_after`` seconds, then the others take it o
 are told first; serving a partition from two executors for a moment is harmless anyway: each
 serves it contiguously from a start at or below the mark, and each offset is accepted once.
 
+Partitions added to a topic while running: the reader asks its executors for the stream's
+partitions (``partitions``) every ``universe_every`` seconds (they see the topic's metadata every
+``PARTITION_CHECK_S``) and appends the new ones to its dealing order, so no partition it already
+dealt moves; the executor that gets one reads it from its first offset (``new`` in ``assign``).
+
 One trainer process pulls from each executor (a second one would rewind it with its seeks);
 under data parallelism rank r of n pulls the executors whose index is r modulo n and owns every
 n-th partition (the executors list them all, in the same order); rows of another rank's
@@ -63,6 +68,7 @@ class ExecutorStreamReader(StreamReader):
         size: int = 1,
         takeover_after: float = 3.0,
         shuffle: str = "forward",
+        universe_every: float = 1.0,
     ):
         if shuffle not in ("forward", "rebalance"):
             raise ValueError(f"shuffle must be 'forward' or 'rebalance', got {shuffle!r}")
@@ -80,6 +86,9 @@ class ExecutorStreamReader(StreamReader):
         self._empty: dict[int, bool] = {}
         self._owned: dict[int, list[str]] = {}  # attached executor -> the partitions it serves (its answers)
         self._universe: list[str] | None = None  # this rank's partitions, in dealing order (told on attach)
+        self._all: list[str] | None = None  # the stream's partitions, in dealing order: only ever appended to
+        self._added: set[str] = set()  # partitions added to a topic since this reader first listed them
+        self.universe_every, self._listed = universe_every, 0.0
         self._seen: dict[int, float] = {}
         self._watcher: threading.Thread | None = None
         self._deal_lock = threading.Lock()  # one dealing at a time (the watcher, a puller attaching)
@@ -112,6 +121,7 @@ class ExecutorStreamReader(StreamReader):
             except Exception:
                 log.exception("executor discovery failed")
                 locations = {}
+            self._follow_partitions(locations)
             self._deal(locations)
             for index, location in locations.items():
                 thread = self._pullers.get(index)
@@ -138,9 +148,7 @@ class ExecutorStreamReader(StreamReader):
                 return
             with self._lock:  # it may have restarted with its start-up share: the watcher deals again
                 self._owned[index] = list(told.get("partitions", []))
-                if told.get("all"):
-                    every = list(told["all"])
-                    self._universe = every if self.lane is not None else every[self.rank :: self.size]
+            self._merge(told.get("all") or [])
             self._deal(self.locations())
             while not stop.is_set():
                 got = client.pop_tagged(self.pull_rows, self.lane)
@@ -203,6 +211,37 @@ class ExecutorStreamReader(StreamReader):
         self._fetched[key] = max(mark, int(offsets.max()) + 1)
         return offsets > np.maximum(before, mark - 1)
 
+    def _merge(self, every: list[str]) -> None:
+        """Take an executor's list of the stream's partitions: the first sets the dealing order,
+        later ones only append the partitions added since (in their order)."""
+        if not every:
+            return
+        with self._lock:
+            if self._all is None:
+                self._all = list(every)
+            else:
+                known = set(self._all)
+                added = [k for k in every if k not in known]
+                if not added:
+                    return
+                log.info("partitions %s added to the stream: dealt from now on", added)
+                self._all += added
+                self._added |= set(added)
+            self._universe = list(self._all) if self.lane is not None else self._all[self.rank :: self.size]
+
+    def _follow_partitions(self, locations: dict[int, str]) -> None:
+        """Every ``universe_every`` s the dealing reader asks its attached executors which partitions
+        the stream has now."""
+        if time.monotonic() - self._listed < self.universe_every or (self.lane is not None and self.rank != 0):
+            return
+        self._listed = time.monotonic()
+        with self._lock:
+            attached = [locations[i] for i in self._owned if i in locations]
+        for location in attached:
+            told = self._call(location, "partitions", {})
+            if told is not None:
+                self._merge(list(told.get("all") or []))
+
     def _deal(self, locations: dict[int, str]) -> None:
         """Deal this rank's partitions over the attached executors (index order, every n-th), each
         told its share with the marks to start gained partitions at; losers first. An executor gone
@@ -227,7 +266,9 @@ class ExecutorStreamReader(StreamReader):
             for m in sorted(changed, key=lambda m: not set(share[m]) <= set(owned[m])):  # losers first
                 with self._lock:
                     position = {k: self._fetched[k] for k in share[m] if k in self._fetched}
-                told = self._call(locations[m], "assign", {"partitions": share[m], "position": position})
+                    new = [k for k in share[m] if k in self._added]
+                body = {"partitions": share[m], "position": position, "new": new}
+                told = self._call(locations[m], "assign", body)
                 if told is not None:
                     with self._lock:
                         if m in self._owned:

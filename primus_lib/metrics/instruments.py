@@ -63,6 +63,7 @@ class ExecutorMetrics:
         # a zero series: a killed worker cannot count its own kill, the local supervisor does (supervisor.py)
         self.ooms = _counter(registry, n.OOM_KILLS, "OOM kills of this executor").labels(**self.labels)
         self.samples = _counter(registry, n.SAMPLES, "Samples produced").labels(**self.labels)
+        self.registry, self.lag = registry, None  # stream executors only: made on the first observe_lag
         self._proc = psutil.Process(pid or os.getpid())
         self._proc.cpu_percent(None)
 
@@ -90,6 +91,12 @@ class ExecutorMetrics:
 
     def add_samples(self, count: int) -> None:
         self.samples.inc(count)
+
+    def observe_lag(self, rows: float) -> None:
+        """A stream executor's lag behind its source: Kafka messages of its partitions not read yet."""
+        if self.lag is None:
+            self.lag = _gauge(self.registry, n.STREAM_LAG, "Messages not read yet, rows").labels(**self.labels)
+        self.lag.set(max(0.0, float(rows)))
 
 
 class TrainerMetrics:

@@ -9,6 +9,8 @@ CPU_USED_CORES = "primus_executor_cpu_used_cores"
 MEMORY_USED_BYTES = "primus_executor_memory_used_bytes"
 OOM_KILLS = "primus_executor_oom_kills_total"
 SAMPLES = "primus_executor_samples_total"
+# stream executors: Kafka messages of their partitions not read yet (high watermark - position), rows
+STREAM_LAG = "primus_executor_stream_lag_rows"
 TRAINER_STARVED = "primus_trainer_starved_ratio"  # share of step time spent waiting for data, 0..1
 TRAINER_BACKPRESSURE = "primus_trainer_backpressure_ratio"  # share of time the input queue was full, 0..1
 TRAINER_SAMPLES = "primus_trainer_samples_total"
@@ -17,7 +19,7 @@ TARGET = "primus_scaling_target"
 LOAD = "primus_scaling_load"
 
 METRIC_NAMES = (BUFFER_UTILISATION, CPU_UTILISATION, MEMORY_UTILISATION, CPU_USED_CORES, MEMORY_USED_BYTES,
-                OOM_KILLS, SAMPLES, TRAINER_STARVED, TRAINER_BACKPRESSURE, TRAINER_SAMPLES, DECISIONS, TARGET, LOAD)  # fmt: skip
+                OOM_KILLS, SAMPLES, STREAM_LAG, TRAINER_STARVED, TRAINER_BACKPRESSURE, TRAINER_SAMPLES, DECISIONS, TARGET, LOAD)  # fmt: skip
 
 # Every series carries these labels.
 JOB_LABEL, ROLE_LABEL, WORKER_LABEL = "primus_job", "role", "worker"

@@ -32,6 +32,7 @@ class Snapshot:
     oom_kills: float
     trainer_starved: float
     trainer_backpressure: float
+    stream_lag: float | None = None  # stream executors: rows of their partitions not read yet (None: not reported)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,7 +94,12 @@ class RegistryReader(MetricsReader):
             oom_kills=sum(self._values(n.OOM_KILLS, self.role)),
             trainer_starved=top(self._values(n.TRAINER_STARVED, "trainer")),
             trainer_backpressure=top(self._values(n.TRAINER_BACKPRESSURE, "trainer")),
+            stream_lag=_sum_or_none(self._values(n.STREAM_LAG, self.role)),
         )  # fmt: skip
+
+
+def _sum_or_none(values: list[float]) -> float | None:
+    return sum(values) if values else None
 
 
 class TextfileReader(RegistryReader):
@@ -187,6 +193,7 @@ class PrometheusReader(MetricsReader):
             oom_kills=value(f"sum({n.OOM_KILLS}{ex})"),
             trainer_starved=value(f"max({n.TRAINER_STARVED}{tr})"),
             trainer_backpressure=value(f"max({n.TRAINER_BACKPRESSURE}{tr})"),
+            stream_lag=self.query(f"sum({n.STREAM_LAG}{ex})"),
         )  # fmt: skip
 
     def usage_history(self, lookback_seconds: float, step_seconds: float) -> list[UsagePoint] | None:

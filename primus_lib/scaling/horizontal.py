@@ -8,6 +8,14 @@ Two guards the paper leaves implicit, both read directly from the trainers:
 - add only while a trainer is *starved* (waits for data), never while it back-pressures
   (its input queue is full: more executors would only fill buffers; ray #45331), and not while
   executors asked for earlier are still starting (they do not report metrics yet);
+- stream executors (role ``stream_executor``) are added only while they are *behind the source*:
+  their Kafka lag (rows of their partitions not read yet, ``Snapshot.stream_lag``) is at least
+  ``STREAM_LAG_MIN_ROWS``. A trainer starved by a source that only trickles waits at the live
+  edge whatever the number of executors; more of them would idle (Ray's autoscaler adds nodes
+  for pending demand only). Batch data executors keep the rule above. Stream executors caught up
+  with the source (lag under ``STREAM_LAG_MIN_ROWS``) are removed one at a time while the others
+  would still run below ``STREAM_IDLE_CPU`` of their cores (Ray removes idle nodes): a source-bound
+  stream never back-pressures the trainer, so the rule below would keep a surge's executors forever;
 - remove only while the trainers back-pressure (the buffers are full, executors idle) and none
   is starved, at a quarter of the pace of adding (buffers lag the change).
 
@@ -34,6 +42,11 @@ BACKPRESSURE_MAX = 0.20  # a trainer whose input queue is full >= 20% of the tim
 DOWN_FRACTION = 0.25  # without usage history: scale down at a quarter of the pace of scale-up
 HEADROOM = 0.05  # executors kept above the estimated need when scaling down
 MIN_DOWN_SHARE = 0.01  # removals smaller than 1% of the pool are not worth a decision (churn)
+STREAM_ROLE = "stream_executor"
+# stream executors with this many Kafka rows unread (summed) are behind the source: a full default
+# poll (``primus executor --poll-rows``) waits; at the live edge they lag by about rate x 0.2 s
+STREAM_LAG_MIN_ROWS = 4096
+STREAM_IDLE_CPU = 0.5  # caught-up stream executors: remove one while n - 1 of them would use at most half their cores
 
 
 class HorizontalPolicy(ScalingPolicy):
@@ -58,13 +71,28 @@ class HorizontalPolicy(ScalingPolicy):
     def _back_pressured(self, ctx: PolicyContext) -> bool:
         return ctx.snapshot.trainer_backpressure >= BACKPRESSURE_MAX
 
+    def _behind_source(self, ctx: PolicyContext) -> bool:
+        """Stream executors only: Kafka holds rows they have not read (unknown lag: not shown behind)."""
+        if ctx.allocation.role != STREAM_ROLE:
+            return True
+        lag = ctx.snapshot.stream_lag
+        return lag is not None and lag >= STREAM_LAG_MIN_ROWS
+
+    def _idle_at_source(self, ctx: PolicyContext) -> bool:
+        """Stream executors caught up with Kafka whose work fits in one executor fewer, at half load."""
+        s, a = ctx.snapshot, ctx.allocation
+        return (a.role == STREAM_ROLE and s.stream_lag is not None and s.stream_lag < STREAM_LAG_MIN_ROWS
+                and a.replicas > a.min_replicas and not self._starting(ctx)
+                and s.cpu * a.replicas <= STREAM_IDLE_CPU * (a.replicas - 1))  # fmt: skip
+
     def _starting(self, ctx: PolicyContext) -> bool:
         """Executors asked for earlier do not report yet: their effect is still to come."""
         return ctx.snapshot.executors < ctx.allocation.replicas
 
     def _should_scale_up(self, ctx: PolicyContext, load: float) -> bool:
         return (load < self.spec.threshold - DEAD_BAND and self._starved(ctx) and not self._back_pressured(ctx)
-                and not self._starting(ctx) and ctx.allocation.replicas < ctx.allocation.max_replicas)  # fmt: skip
+                and self._behind_source(ctx) and not self._starting(ctx)
+                and ctx.allocation.replicas < ctx.allocation.max_replicas)  # fmt: skip
 
     def _should_scale_down(self, ctx: PolicyContext, load: float) -> bool:
         return (load > self.spec.threshold + DEAD_BAND and not self._starved(ctx) and self._back_pressured(ctx)
@@ -103,6 +131,8 @@ class HorizontalPolicy(ScalingPolicy):
         if self._should_scale_up(ctx, load):
             target = min(alloc.max_replicas, alloc.replicas + self._up_by(ctx))
             reason = f"L_u {load:.3f} < {self.spec.threshold} and trainer starved {ctx.snapshot.trainer_starved:.2f}"
+            if alloc.role == STREAM_ROLE:
+                reason += f" and stream executors {ctx.snapshot.stream_lag:.0f} rows behind Kafka"
             return Decision(
                 self.name, "scale_up", alloc.role, replicas=target, reason=reason, inputs=inputs, at=ctx.now
             )
@@ -113,4 +143,9 @@ class HorizontalPolicy(ScalingPolicy):
             reason = f"L_u {load:.3f} > {self.spec.threshold} and no trainer starved"
             return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
                             at=ctx.now)  # fmt: skip
+        if self._idle_at_source(ctx):
+            reason = (f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) and "
+                      f"{alloc.replicas - 1} would use under {STREAM_IDLE_CPU:.0%} of their cores")  # fmt: skip
+            return Decision(self.name, "scale_down", alloc.role, replicas=alloc.replicas - 1, reason=reason,
+                            inputs=inputs, at=ctx.now)  # fmt: skip
         return None

@@ -73,6 +73,7 @@ def test_sensor_poke_applies_one_decision_per_role(airflow_api_server, job_env, 
         s = ExecutorMetrics("scaler-demo", worker=f"s{i}", cpu_limit=1, memory_limit=2**31, role="stream_executor")
         s.observe_buffer(0, 100)
         s.observe_usage(0.95, 2**30)
+        s.observe_lag(20_000)  # behind Kafka: more stream executors help
     TrainerMetrics("scaler-demo").observe_step(wait_seconds=0.4, total_seconds=1.0)
 
     sensor = PrimusScalerSensor(task_id="scale", spec_path=str(spec))

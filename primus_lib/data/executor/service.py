@@ -22,7 +22,14 @@ tagged) hands out rows with their partition and offset, and answers actions:
   given), else the group's committed offsets. Serving a partition from two executors for a
   moment is harmless: the reader accepts each offset once, and each serves it contiguously
   from a start at or below the mark.
-- ``stats`` (buffer fill, partitions, fetched position, committed), ``lag`` (consumer lag).
+- ``stats`` (buffer fill, partitions, fetched position, committed), ``lag`` (consumer lag),
+  ``partitions`` (every partition of the stream it knows, in dealing order).
+
+Partitions added to a topic while it runs: each runner's reader lists the topic every
+``PARTITION_CHECK_S`` (the check a whole-topic reader adds them with, ``sources/kafka.py``); a new
+one joins ``partitions`` (an ``assign`` naming one not seen yet lists the topics again first). The
+trainer's reader deals it like any other; it is read from its first offset unless it has a
+committed offset or a mark (everything in it is new, whatever the start-up mode).
 
 ``shuffle: rebalance``: one lane per trainer rank instead of one buffer (``lanes.py``): every
 rank pulls its lane (ticket ``rows=N;lane=R``) from every executor; ``seek`` and ``commit`` name
@@ -40,50 +47,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from primus_lib.data.buffer import BufferClosed, SampleBuffer, past
 from primus_lib.data.executor.lanes import Lanes
+from primus_lib.data.executor.partitions import first_offset, in_order, owned, stream_partitions
 from primus_lib.data.flight import BufferFlightServer
 from primus_lib.data.schema import job_keys, sample_schema
-from primus_lib.data.sources.kafka import KafkaStreamReader, client_config, partition_key, retrying
+from primus_lib.data.sources.kafka import KafkaStreamReader, partition_key, retrying
 from primus_lib.resources.discovery import ExecutorDiscovery
 from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger(__name__)
 
 
-def stream_partitions(job: PrimusJob, stream_name: str) -> list[tuple[int, int]]:
-    """(source index, partition) of every Kafka partition of the stream, in key order."""
-    stream = job.stream(stream_name)
-    found = []
-    for i, source in enumerate(stream.sources):
-        if source.kafka is None:
-            raise ValueError(
-                f"stream {stream_name!r} source {source.name!r}: stream executors serve Kafka sources only"
-            )
-        consumer = Consumer({**client_config(stream, source), "group.id": "primus-metadata"})
-        try:
-            topic = source.kafka.topic
-            meta = retrying(lambda c=consumer, t=topic: c.list_topics(t, timeout=10)).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise RuntimeError(f"topic {topic!r} not found ({getattr(meta, 'error', None)})")
-            found += [(i, p) for p in sorted(meta.partitions)]
-        finally:
-            consumer.close()
-    return sorted(found, key=lambda sp: (partition_key(stream.sources[sp[0]].kafka.topic, sp[1]), sp))
-
-
-def owned(partitions: list[tuple[int, int]], index: int, replicas: int) -> list[tuple[int, int]]:
-    if not 0 <= index < replicas:
-        raise ValueError(f"executor index {index} out of range for {replicas} replicas")
-    return partitions[index::replicas]
-
-
 @dataclass
 class _Runner:
     reader: KafkaStreamReader
     start: dict[str, int]  # the startup offsets (spec's mode), where the group has committed none
+    source: int = 0  # the stream's source (index) it reads
     delivered: dict[str, int] = field(default_factory=dict)  # just past the rows put in the buffer since a seek
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -114,7 +96,9 @@ class ExecutorService:
             raise ValueError(f"stream {stream!r} is a batch stream: batch data executors are Airflow tasks")
         self.mode = spec.shuffle
         self.poll_rows, self.discovery, self.spec = poll_rows, discovery, spec
-        self.all_partitions = stream_partitions(job, stream)
+        self.all_partitions = stream_partitions(job, stream)  # grows when the topic does (``_learn``)
+        self._added: set[str] = set()  # partitions added since start: read from their first offset
+        self._grow = threading.Lock()
         self.partitions = owned(self.all_partitions, index, replicas)
         self.buffer = SampleBuffer(capacity_rows)
         self.lanes = Lanes(capacity_rows, seed=index) if self.mode == "rebalance" else None  # one per trainer rank
@@ -131,7 +115,7 @@ class ExecutorService:
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
         schema = sample_schema(job.spec.features, job_keys(job))
         actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
-                   "assign": self._assign}  # fmt: skip
+                   "assign": self._assign, "partitions": lambda body: {"all": self.all_keys}}  # fmt: skip
         self.server = BufferFlightServer(
             self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions,
             lanes=None if self.lanes is None else self.lanes.pop,
@@ -151,15 +135,21 @@ class ExecutorService:
     def _key(self, pair: tuple[int, int]) -> str:
         return partition_key(self.spec.sources[pair[0]].kafka.topic, pair[1])  # type: ignore[union-attr]
 
-    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], kept: dict | None = None) -> list[_Runner]:
+    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], kept: dict | None = None,
+              new: set[str] = frozenset()) -> list[_Runner]:  # fmt: skip
         """One reader per source over ``pairs``: ``kept`` ones where they were, the others at
-        ``position`` / the committed offsets / startup (rebalance: no later than any lane needs)."""
-        runners, kept = [], kept or {}
+        ``position`` / the committed offsets / startup (rebalance: no later than any lane needs);
+        startup of a partition added while running (``new``, ``_added``) is its first offset."""
+        runners, kept, new = [], kept or {}, set(new) | self._added
         for i, source in enumerate(self.spec.sources):
             mine = [p for s, p in pairs if s == i]
             if mine:
                 reader = KafkaStreamReader(self.job, self.spec, source, partitions=mine)
-                runners.append(_Runner(reader, reader.position()))
+                start = reader.position()
+                for p in mine:
+                    if partition_key(reader.topic, p) in new:
+                        start[partition_key(reader.topic, p)] = first_offset(reader.consumer, reader.topic, p)
+                runners.append(_Runner(reader, start, i))
                 base = {**runners[-1].start, **self._committed(reader)}
                 target = {k: position.get(k, v) for k, v in base.items()}
                 if self.lanes is not None:
@@ -196,6 +186,8 @@ class ExecutorService:
                     generation = self.generation
                     batch = runner.reader.poll(self.poll_rows, 0.2)
                     offsets = runner.reader.last_offsets
+                if len(runner.reader.listed) > sum(s == runner.source for s, _ in self.all_partitions):
+                    self._learn([(runner.source, p) for p in runner.reader.listed])
                 if batch is None:
                     continue
                 pieces = [(-1, (batch, *offsets))] if self.lanes is None else self.lanes.split(batch, *offsets)
@@ -214,6 +206,18 @@ class ExecutorService:
                 runner.errors += 1
                 log.exception("stream executor %s/%d: runner failed; retrying", self.stream_name, self.index)
                 time.sleep(1.0)
+
+    def _learn(self, pairs: list[tuple[int, int]]) -> list[str]:
+        """Partitions of the stream seen in the topics' metadata but not known yet (added to a
+        topic while running): known from now on, for the trainer's reader to deal."""
+        with self._grow:
+            new = sorted(set(pairs) - set(self.all_partitions))
+            if new:
+                self.all_partitions = in_order(self.all_partitions + new)
+                self._added |= {self._key(pair) for pair in new}
+                log.info("stream executor %s/%d: partitions %s added to the topic", self.stream_name, self.index,
+                         [self._key(pair) for pair in new])  # fmt: skip
+        return [self._key(pair) for pair in new]
 
     def _put(self, lane: int, piece: tuple) -> bool:
         """Into the buffer (forward, lane -1) or a rank's lane (rebalance); False while full."""
@@ -256,6 +260,8 @@ class ExecutorService:
         waiting rows are dropped; kept partitions reopen where they were), open the new ones at
         ``position`` (the reader's marks) or the committed offsets."""
         wanted = {str(k) for k in body.get("partitions") or []}
+        if wanted - set(self.all_keys):  # added to a topic since this executor last looked
+            self._learn(stream_partitions(self.job, self.stream_name))
         unknown = sorted(wanted - set(self.all_keys))
         if unknown:
             raise ValueError(f"assign: {unknown} are not partitions of stream {self.stream_name!r}")
@@ -276,7 +282,7 @@ class ExecutorService:
             dropped = (self.buffer.drop(gone) + (self.lanes.drop(gone) if self.lanes else 0)) if gone else 0
             served = set(self.keys)
             pairs = [pair for pair in self.all_partitions if self._key(pair) in wanted - served]
-            runners = self._open(pairs, _position_of(body), kept)
+            runners = self._open(pairs, _position_of(body), kept, {str(k) for k in body.get("new") or []})
             self.runners += runners
             for runner in runners:
                 self._spawn(runner)
@@ -334,39 +340,10 @@ class ExecutorService:
         return {"lag": out}
 
     def report(self, every: float = 5.0) -> threading.Thread:
-        """Write this executor's metrics (buffer fill, CPU, memory, samples) for the scaler:
-        ``<job>/metrics/stream_executor-<stream>-<index>.prom`` every ``every`` seconds, and
-        /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set."""
-        import os
+        """Write this executor's metrics for the scaler (``service_metrics.py``)."""
+        from primus_lib.data.executor.service_metrics import report
 
-        from prometheus_client import CollectorRegistry
-
-        from primus_lib.metrics.instruments import ExecutorMetrics
-        from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
-        from primus_lib.paths import JobPaths
-
-        role = self.job.spec.resources.roles.get("stream_executor")
-        cpu = float(os.environ.get("PRIMUS_CPU") or (role.cpu if role else 1.0))
-        memory = float(os.environ.get("PRIMUS_MEMORY") or (role.memory if role else 2**31))
-        registry = CollectorRegistry()
-        worker = f"{self.stream_name}-{self.index}"
-        metrics = ExecutorMetrics(self.job.name, worker, cpu, memory, role="stream_executor", registry=registry)
-        writer = SnapshotWriter(JobPaths.for_job(self.job).metrics_dir, snapshot_name("stream_executor", worker),
-                                registry, every=every)  # fmt: skip
-        serve_from_env(registry, offset=self.index)
-
-        def loop() -> None:
-            counted = 0
-            while not self._stop.wait(every):
-                metrics.observe_buffer(self.filled, self.buffer.capacity)
-                guarded("executor process metrics", metrics.observe_process)
-                metrics.add_samples(self.rows_in - counted)
-                counted = self.rows_in
-                writer.write()
-
-        thread = threading.Thread(target=loop, name="executor-metrics", daemon=True)
-        thread.start()
-        return thread
+        return report(self, every)
 
     def stop(self) -> None:
         self._stop.set()

@@ -143,6 +143,7 @@ class KafkaStreamReader(StreamReader):
         self.follows_topic = partitions is None  # reads every partition, so also those added later
         self._checked = time.monotonic()
         self.malformed = 0
+        self.listed: list[int] = []  # the topic's partitions at the last check (new ones: for the owner to deal)
         self._next: dict[str, int] = {}
         self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
         try:
@@ -222,6 +223,7 @@ class KafkaStreamReader(StreamReader):
             if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise KafkaException(f"topic {self.topic!r} no longer exists at {self.bootstrap} (deleted?)")
             return
+        self.listed = sorted(meta.partitions)
         if not self.follows_topic:
             return
         added = sorted(set(meta.partitions) - set(self.partitions))

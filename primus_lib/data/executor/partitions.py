@@ -1,0 +1,53 @@
+"""The Kafka partitions of a stream, in the order stream executors and the trainer's reader deal them.
+
+The order is (partition number, source): Kafka only ever adds partitions with higher numbers, so
+a partition added to a one-source stream while it runs lands at the end of the order, and an
+executor started after the addition lists the partitions in the same order as one started before
+(the trainer's reader deals every n-th partition of it; see ``flight_client.py``).
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, TopicPartition
+
+from primus_lib.data.sources.kafka import client_config, retrying
+from primus_lib.spec.job import PrimusJob
+
+
+def stream_partitions(job: PrimusJob, stream_name: str) -> list[tuple[int, int]]:
+    """(source index, partition) of every Kafka partition of the stream, in dealing order."""
+    stream = job.stream(stream_name)
+    found = []
+    for i, source in enumerate(stream.sources):
+        if source.kafka is None:
+            raise ValueError(
+                f"stream {stream_name!r} source {source.name!r}: stream executors serve Kafka sources only"
+            )
+        consumer = Consumer({**client_config(stream, source), "group.id": "primus-metadata"})
+        try:
+            topic = source.kafka.topic
+            meta = retrying(lambda c=consumer, t=topic: c.list_topics(t, timeout=10)).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise RuntimeError(f"topic {topic!r} not found ({getattr(meta, 'error', None)})")
+            found += [(i, p) for p in meta.partitions]
+        finally:
+            consumer.close()
+    return in_order(found)
+
+
+def in_order(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return sorted(set(pairs), key=lambda sp: (sp[1], sp[0]))
+
+
+def owned(partitions: list[tuple[int, int]], index: int, replicas: int) -> list[tuple[int, int]]:
+    """Executor ``index``'s start-up share: every ``replicas``-th partition."""
+    if not 0 <= index < replicas:
+        raise ValueError(f"executor index {index} out of range for {replicas} replicas")
+    return partitions[index::replicas]
+
+
+def first_offset(consumer: Consumer, topic: str, partition: int) -> int:
+    """The partition's low watermark: where a partition added while the job runs is read from
+    (everything it holds is new, whatever the start-up mode)."""
+    low, _ = retrying(lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10))
+    return int(low)

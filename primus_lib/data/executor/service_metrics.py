@@ -1,0 +1,53 @@
+"""What a stream executor service reports to the scaler: buffer fill, CPU, memory, samples, and
+its lag behind the source (Kafka messages of its partitions not read yet). The lag is what tells
+a slow source (executors at the live edge: more of them would not help) from slow executors."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+
+from primus_lib.metrics.instruments import ExecutorMetrics
+from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
+from primus_lib.paths import JobPaths
+
+if TYPE_CHECKING:
+    from primus_lib.data.executor.service import ExecutorService
+
+ROLE = "stream_executor"
+
+
+def lag_rows(service: ExecutorService) -> int:
+    """Messages not read yet, summed over the partitions the executor serves (asked of the broker)."""
+    return sum(service._lag({})["lag"].values())
+
+
+def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
+    """Write the executor's metrics ``<job>/metrics/stream_executor-<stream>-<index>.prom`` every
+    ``every`` seconds, and serve /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set."""
+    role = service.job.spec.resources.roles.get(ROLE)
+    cpu = float(os.environ.get("PRIMUS_CPU") or (role.cpu if role else 1.0))
+    memory = float(os.environ.get("PRIMUS_MEMORY") or (role.memory if role else 2**31))
+    registry = CollectorRegistry()
+    worker = f"{service.stream_name}-{service.index}"
+    metrics = ExecutorMetrics(service.job.name, worker, cpu, memory, role=ROLE, registry=registry)
+    writer = SnapshotWriter(JobPaths.for_job(service.job).metrics_dir, snapshot_name(ROLE, worker), registry,
+                            every=every)  # fmt: skip
+    serve_from_env(registry, offset=service.index)
+
+    def loop() -> None:
+        counted = 0
+        while not service._stop.wait(every):
+            metrics.observe_buffer(service.filled, service.buffer.capacity)
+            guarded("executor process metrics", metrics.observe_process)
+            guarded("executor lag behind Kafka", lambda: metrics.observe_lag(lag_rows(service)))
+            metrics.add_samples(service.rows_in - counted)
+            counted = service.rows_in
+            writer.write()
+
+    thread = threading.Thread(target=loop, name="executor-metrics", daemon=True)
+    thread.start()
+    return thread
