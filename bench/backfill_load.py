@@ -103,8 +103,9 @@ def write_job(root: Path, windows: int, ledger_url: str, name: str = NAME, rows_
     return AirflowJob(root, name, jobs_dir, data, home, dags, env)
 
 
-def start_airflow(root: Path, job, db_url: str, parallelism: int):
-    """Airflow's four processes on ``db_url`` (migrated first); returns (Airflow, env). Stop with ``stop_airflow``."""
+def start_airflow(root: Path, job, db_url: str, parallelism: int, **settings: str):
+    """Airflow's four processes on ``db_url`` (migrated first), ``settings`` added to their environment;
+    returns (Airflow, env). Stop with ``stop_airflow``."""
     from devstack.airflow import Airflow
     from devstack.proc import free_port
     from tests.fixtures.airflow import airflow_env, sync_dag_stubs
@@ -125,6 +126,7 @@ def start_airflow(root: Path, job, db_url: str, parallelism: int):
         AIRFLOW__CORE__PARALLELISM=str(parallelism),
         AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=str(parallelism),
         AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="1200",
+        **settings,
     )  # fmt: skip
     stack.migrate(env, root / "migrate.log")
     sync_dag_stubs(env, job.dags)

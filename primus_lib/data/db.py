@@ -155,6 +155,14 @@ def retried(operation: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
+_RESTARTING = ("connection refused", "the database system is")  # ... starting up, shutting down, in recovery
+
+
+def _restarting(exc: BaseException) -> bool:
+    """A server that is down or restarting, by psycopg2's message (no SQLSTATE before a session)."""
+    return any(sign in str(getattr(exc, "orig", exc)).lower() for sign in _RESTARTING)
+
+
 def _first_line(exc: BaseException | None) -> str:
     orig = getattr(exc, "orig", None) or exc
     return mask_database_url(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__)
@@ -271,10 +279,11 @@ def transaction(engine: Engine, *, write: bool = True) -> Iterator[Connection]:
     serialized; on PostgreSQL the statements lock what they need."""
     try:
         conn = engine.connect()
-    except OperationalError as exc:  # retried only where this process was connected before: a
-        # restarting server, not a wrong URL (which fails at once)
+    except OperationalError as exc:  # retried where this process was connected before, or where the
+        # server refuses or is starting or stopping (a restart: every Airflow task is a new process);
+        # a wrong host name, password or database fails at once
         message = f"cannot connect to {describe(engine.url)}: {_first_line(exc)}"
-        raise DatabaseError(message, transient=id(engine) in _REACHED) from None
+        raise DatabaseError(message, transient=id(engine) in _REACHED or _restarting(exc)) from None
     if id(engine) not in _REACHED and is_postgres(engine.url):
         _REACHED.add(id(engine))
     with conn:

@@ -258,7 +258,8 @@ def test_a_job_with_a_database_keeps_its_ledger_and_queue_there(postgres_server,
         dispose(paths.ledger)
 
 
-def test_an_unreachable_database_is_named_without_its_password():
+def test_an_unreachable_database_is_named_without_its_password(monkeypatch):
+    monkeypatch.setenv("PRIMUS_DB_RETRY_S", "1")  # a refused connection is waited for (a restarting server)
     url = f"postgresql+psycopg2://primus:s3cret-pw@127.0.0.1:{free_port()}/jobs"
     with pytest.raises(DatabaseError) as caught:
         TaskLedger(url)

@@ -9,7 +9,7 @@ job directory), and the stream executors' replicas/resources (through the resour
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -34,6 +34,10 @@ class PrimusScalerSensor(BaseSensorOperator):
                  **kwargs: Any) -> None:  # fmt: skip
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 60)
+        # a poke lost to a transient Airflow error (the metadata database restarting) is retried, not
+        # a failed run: each poke is a fresh scaling step (tests/reliability/test_metadata_restart.py)
+        kwargs.setdefault("retries", 2)
+        kwargs.setdefault("retry_delay", timedelta(seconds=10))
         super().__init__(**kwargs)
         self.spec_path, self.prometheus_url = spec_path, prometheus_url
         self.airflow_conn_id, self.scale_stream_executors = airflow_conn_id, scale_stream_executors

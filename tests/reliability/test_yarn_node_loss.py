@@ -1,0 +1,137 @@
+"""A node lost under the trainer on YARN, counted end to end: the trainer role is a real ``primus
+train`` in a YARN container (our AM runs it; tests/fixtures/hadoop.py: a MiniYARNCluster with two
+NodeManagers and its HDFS), its checkpoints and progress on HDFS (``storage.root: webhdfs://``),
+the training queue on PostgreSQL. The test is the data plane's Sink: it commits four batch windows
+(shards on HDFS, queue rows in PostgreSQL). Mid-training the trainer's process gets SIGKILL (what
+a lost node does to it); the AM fails the attempt, the ResourceManager starts attempt 2 in a new
+container with its own working directory (``PRIMUS_HOME`` inside it: nothing local carries over),
+which resumes from the checkpoint on HDFS. Every committed sample must be trained exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import timedelta
+
+import psutil
+import pytest
+
+from primus_lib.data.datagen import generate
+from primus_lib.paths import JobPaths
+from primus_lib.progress import read_progress
+from primus_lib.resources.yarn import YarnBackend
+from primus_lib.spec import load_job
+from primus_lib.train.replay import batch_window
+from tests.resources.test_yarn import wait_for
+from tests.train.conftest import START, commit_windows
+from tests.train.test_resume import _consumed
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
+
+HOURS, ROWS = 4, 200
+
+SPEC = """\
+apiVersion: primus.dev/v1alpha1
+kind: PrimusJob
+metadata: {{name: {name}}}
+spec:
+  timer: {{start: "2026-11-01T00:00:00Z", end: "2026-11-01T{hours:02d}:00:00Z", window: 1h}}
+  dataset:
+    streams:
+      - name: history
+        kind: batch
+        sources:
+          - {{name: impressions, uri: "file://{data}/impressions/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
+          - {{name: clicks, uri: "file://{data}/clicks/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
+        join: {{keys: [request_id], how: left, fill: {{clicked: 0}}}}
+  features:
+    label: clicked
+    timestamp: ts
+    id: request_id
+    sparse: [{{name: user_id, buckets: 2000}}, {{name: item_id, buckets: 2000}}, {{name: category, buckets: 64}}]
+    dense: [price, age]
+  model: {{embedding_dim: 8, memory_tower: [32, 16], adapt_tower: [16, 8]}}
+  training: {{mode: offline, batch_size: 64, learning_rate: 0.01, sparse_learning_rate: 0.1}}
+  storage: {{root: "{root}", database: "{database}"}}
+  resources:
+    backend: yarn
+    clusters: [{{name: mini, backend: yarn, resource_manager: "{rm}"}}]
+    roles:
+      data_executor: {{replicas: 1, image: "primus-trainer:latest"}}
+      trainer:
+        replicas: 1
+        memory: 1Gi
+        max_restarts: 1
+        image: "primus-trainer:latest"
+        command: [sh, -c, '{train}']
+  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}
+"""
+# the container's own directory as PRIMUS_HOME and TMPDIR: a new attempt starts with nothing local
+TRAIN = (
+    'export PRIMUS_HOME="$PWD/home" TMPDIR="$PWD" OMP_NUM_THREADS=1; exec {python} -m primus_lib.cli.main '
+    "train {{SPEC}} --checkpoint-steps 3 --poll-interval 0.2 --until-window 20261101T{last:02d}0000Z"
+)
+
+
+def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
+    yarn_cluster, postgres_server, tmp_path, monkeypatch
+):
+    data, log = tmp_path / "data", tmp_path / "trained-ids.log"  # the log: the test's observation channel
+    generate(data, START, START + timedelta(hours=HOURS), rows_per_hour=ROWS, seed=9)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC.format(
+        name=f"yarn-loss-{uuid.uuid4().hex[:6]}", hours=HOURS, data=data, rm=yarn_cluster.rm_url,
+        root=yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}"),
+        database=postgres_server.create_database("yarn_loss"), train=TRAIN.format(python=sys.executable, last=HOURS - 1),
+    ))  # fmt: skip
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PRIMUS_TRAIN_SAMPLE_LOG", str(log))
+    monkeypatch.setenv("PRIMUS_TRAIN_STEP_DELAY", "0.4")  # the kill lands mid-training
+    job = load_job(spec)
+    paths = JobPaths.for_job(job)
+    assert paths.shared is not None and str(paths.checkpoints).startswith("webhdfs://")
+    sizes = commit_windows(job, range(HOURS))  # the Sink's work: shards on HDFS, queue rows in PostgreSQL
+    backend = YarnBackend(job, str(spec), roles=["trainer"])
+    try:
+        backend.submit()
+        runs = lambda: [line.split() for line in log.read_text().splitlines() if line.startswith("run ")]  # noqa: E731
+        steps = lambda: log.read_text().count("\nstep ") if log.exists() else 0  # noqa: E731
+        wait_for(lambda: log.exists() and steps() >= 7, 240, "the trainer's first steps on YARN", every=0.1)
+        first = runs()[0]
+        pid, container = int(first[1]), backend.workers("trainer")["trainer"][0]["container"]
+        assert psutil.Process(pid).environ()["PRIMUS_HOME"] != os.environ["PRIMUS_HOME"]  # its own directory
+        os.kill(pid, signal.SIGKILL)  # the node is gone from under the trainer
+        killed_at = steps()
+        killed = time.monotonic()
+        wait_for(lambda: len(runs()) == 2, 180, "attempt 2 of the trainer")
+        restarted = time.monotonic() - killed
+        status = wait_for(lambda: (s := backend.status()).phase == "Succeeded" and s, 300, "the trainer to finish")
+        second = backend.workers("trainer")["trainer"][0]
+    finally:
+        backend.stop()
+
+    counts, resumed_at = _consumed(log.read_text())
+    expected = Counter(
+        ("history", i)
+        for hour in range(HOURS)
+        for i in batch_window(job, job.stream("history"), START + timedelta(hours=hour)).column("request_id").to_pylist()
+    )  # fmt: skip
+    duplicated = {k: n for k, n in counts.items() if n > 1}
+    lost = set(expected) - set(counts)
+    progress = read_progress(paths.progress)  # on HDFS, as the Airflow trainer task reads it
+    windows = {k: v["samples"] for k, v in progress["consumed"].items() if k.startswith("history/")}
+    print(f"\nyarn node loss: {sum(expected.values())} samples committed, {sum(counts.values())} trained, "
+          f"{len(lost)} lost, {len(duplicated)} twice; killed at step {killed_at}, resumed from step "
+          f"{resumed_at[-1]}, attempt 2 training {restarted:.1f}s after the kill; restarts "
+          f"{status.roles['trainer'].restarts}")  # fmt: skip
+    assert resumed_at[0] == 0 and 0 < resumed_at[1] <= killed_at, resumed_at  # from a checkpoint, not from scratch
+    assert not duplicated and not lost and counts == expected
+    assert sum(expected.values()) == sum(sizes)
+    assert [windows[k] for k in sorted(windows)] == sizes  # per-window stats survived the kill exactly once
+    assert status.roles["trainer"].restarts == 1 and status.roles["trainer"].succeeded == 1
+    assert second["container"] != container and second["attempt"].endswith("_000002")  # the RM's new attempt
