@@ -85,7 +85,8 @@ class EvalProgress(Progress):
         if score is None:  # a warm-up hour (before --eval-from): counted, no line
             self.skip()
             return
-        self.advance(f"{run} seed {seed} window {iso(hour)} auc {score['auc']:.4f} "
+        auc = "n/a" if score["auc"] is None else f"{score['auc']:.4f}"  # an hour without clicks has none
+        self.advance(f"{run} seed {seed} window {iso(hour)} auc {auc} "
                      f"logloss {score['logloss']:.4f} ({score['samples']} samples)")  # fmt: skip
 
     def finished(self, line: str) -> None:

@@ -38,7 +38,21 @@ class ModelSpec(SpecModel):
     embedding_updates: Literal["batch", "stream", "both"] = Field(
         "both", description="Which minibatch kinds update the shared embeddings."
     )
-    serve: Literal["adapt", "memory"] = Field("adapt", description="Which tower's output is served.")
+    serve: Literal["adapt", "memory", "blend"] = Field(
+        "adapt",
+        description="MTRM's served output: a tower, or blend (a * adapt + b * memory + bias in logits, "
+        "fitted on batch steps' complete labels).",
+    )
+    stream_correction: Literal["none", "likelihood", "soft"] = Field(
+        "soft",
+        description="MTRM's delayed-feedback correction of the stream (real-time) label on the adapt tower "
+        "(docs/training.md).",
+    )
+    complete_label_pass: bool = Field(
+        False,
+        description="MTRM: batch rows (complete labels) also train the adapt tower's weights, embeddings and "
+        "memory tower untouched by it (docs/training.md).",
+    )
 
 
 class TrainingSpec(SpecModel):

@@ -61,6 +61,8 @@ class RunConfig:
     adapt: list[int] | None = None
     memory: list[int] | None = None
     prio: float | None = None  # stream weight (batch weight 1)
+    corr: str | None = None  # MTRM's stream_correction (none | likelihood | soft)
+    second: bool | None = None  # MTRM's complete_label_pass
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -82,6 +84,8 @@ class RunConfig:
                 "memory": lambda v: [int(x) for x in v.split("-")],
                 "prio": float,
                 "flush": lambda v: v in ("1", "true", "yes"),
+                "corr": str,
+                "second": lambda v: v in ("1", "true", "yes"),
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -153,6 +157,8 @@ def run_one(
         learning_rate=config.lr,
         sparse_learning_rate=config.sparse_lr,
         seed=seed,
+        stream_correction=config.corr,
+        complete_label_pass=config.second,
     )
     global _STORE
     if store is None:

@@ -1,8 +1,11 @@
 """The MTRM network: shared TorchRec embeddings, a memory tower and an adapt tower.
 
 The memory tower sees ``[embeddings, dense]``; the adapt tower sees
-``[embeddings, dense, h_aux]`` where ``h_aux`` is the memory tower's last hidden layer and
-its logit, computed without gradient (Algorithm 1). Single-tower modes use the memory
+``[embeddings, dense, h_aux]`` where ``h_aux`` is the memory tower's logit (optionally its last
+hidden layer too), computed without gradient (Algorithm 1). With ``blend`` a serving head of
+three numbers, ``a * logit_A + b * logit_M + bias``, maps both towers to the served logit; it
+is fitted on complete labels (batch steps, detached logits), so it calibrates without moving
+either tower. Single-tower modes use the memory
 tower alone. Embeddings are a TorchRec (Fused)EmbeddingBagCollection whose row-wise
 Adagrad update runs inside backward: a minibatch kind that must not update the embeddings
 detaches them, so no gradient (and no update) reaches the tables.
@@ -27,10 +30,11 @@ logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 class ModelOptions:
     """Choices the spec leaves to the implementation (ablations switch them)."""
 
-    aux: str = "logit"  # what h_aux carries: the memory tower's output ("logit"), or "hidden+logit" | "hidden"
+    aux: str = "logit"  # what h_aux carries: the memory tower's output ("logit"), or "hidden+logit" | "hidden" | "none"
     adapt_residual: bool = False  # adapt logit = adapt head + memory logit (no grad into memory)
     fused: bool = True  # FusedEmbeddingBagCollection (single process); False: EBC for DMP sharding
     replicated: bool = False  # plain CPU EBC, dense gradients all-reduced, RowWiseAdagrad stepped by the Stepper
+    blend: bool = False  # a serving head over both towers' logits (spec.model.serve "blend")
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -92,11 +96,16 @@ class TwoTowerModel(nn.Module):
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)
         self.two_towers = two_towers
         if two_towers:
-            aux = {"hidden+logit": spec.memory_tower[-1] + 1, "logit": 1, "hidden": spec.memory_tower[-1]}
+            aux = {"hidden+logit": spec.memory_tower[-1] + 1, "logit": 1, "hidden": spec.memory_tower[-1], "none": 0}
             if self.options.aux not in aux:
                 raise ValueError(f"model option aux: expected one of {sorted(aux)}, got {self.options.aux!r}")
             self.adapt = mlp([width + aux[self.options.aux], *spec.adapt_tower])
             self.adapt_head = nn.Linear(spec.adapt_tower[-1], 1)
+            if self.options.blend:
+                self.blend = nn.Linear(2, 1)  # starts as the adapt tower alone: a = 1, b = 0, bias = 0
+                with torch.no_grad():
+                    self.blend.weight.copy_(torch.tensor([[1.0, 0.0]]))
+                    self.blend.bias.zero_()
 
     def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
         pooled = self.embeddings(sparse)
@@ -115,12 +124,21 @@ class TwoTowerModel(nn.Module):
         """Adapt logit and the (gradient-free) memory logit it was built on."""
         with torch.no_grad():
             m_logit, m_hidden = self.memory_forward(x.detach())
-        parts = {"hidden+logit": [m_hidden, m_logit[:, None]], "logit": [m_logit[:, None]], "hidden": [m_hidden]}
-        h_aux = torch.cat(parts[self.options.aux], dim=1)
-        logit = self.adapt_head(self.adapt(torch.cat([x, h_aux], dim=1))).squeeze(1)
+        parts = {"hidden+logit": [m_hidden, m_logit[:, None]], "logit": [m_logit[:, None]], "hidden": [m_hidden],
+                 "none": []}  # fmt: skip
+        h_aux = parts[self.options.aux]
+        logit = self.adapt_head(self.adapt(torch.cat([x, *h_aux], dim=1))).squeeze(1)
         if self.options.adapt_residual:
             logit = logit + m_logit
         return logit, m_logit
+
+    def blend_logit(self, adapt_logit: torch.Tensor, memory_logit: torch.Tensor) -> torch.Tensor:
+        """The served logit of ``serve: blend`` (gradient only into the blend head)."""
+        both = torch.stack([adapt_logit.detach(), memory_logit.detach()], dim=1)
+        return self.blend(both).squeeze(1)
+
+    def blend_parameters(self) -> list[nn.Parameter]:
+        return list(self.blend.parameters()) if self.two_towers and self.options.blend else []
 
     def memory_parameters(self) -> list[nn.Parameter]:
         return [*self.memory.parameters(), *self.memory_head.parameters()]

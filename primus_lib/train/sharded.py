@@ -52,7 +52,7 @@ from torch import nn
 
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train import modes
+from primus_lib.train import delayed, modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
 from primus_lib.train.model import ModelOptions, TwoTowerModel
@@ -194,6 +194,11 @@ class ShardedStepper:
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
+        if modes.two_towers(self.mode) and (self.serve == "blend" or spec.model.complete_label_pass):
+            raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend and "
+                                      "complete_label_pass need the replicated Stepper")  # fmt: skip
+        self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"
+        self.completeness = delayed.Completeness()  # not checkpointed here: re-estimated after a resume
         lr = learning_rate or spec.training.learning_rate
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
         if device is None:  # torchrun: one GPU per local rank (not run here: no GPU)
@@ -266,8 +271,15 @@ class ShardedStepper:
         if not self.updates_embeddings(kind):
             emb = emb.detach()  # no gradient reaches the tables: the fused optimizer does not run
         x = self.model.inputs(emb, dense)
-        logit = self.model.adapt_forward(x)[0] if graph == "adapt" else self.model.memory_forward(x)[0]
-        per_row = nn.functional.binary_cross_entropy_with_logits(logit, labels, reduction="none")
+        if self.correction != "none":  # every rank the same c: the global minibatch's clicks
+            clicks, rows = group.sum([float(labels.sum()) if real else 0.0, float(batch.size) if real else 0.0])
+            self.completeness.add(kind, clicks, int(rows))
+        if graph == "adapt":  # MTRM's stream correction (delayed.py), as in the replicated Stepper
+            logit, memory_logit = self.model.adapt_forward(x)
+            per_row = delayed.stream_loss(self.correction, logit, labels, self.completeness.value, memory_logit)
+        else:
+            logit = self.model.memory_forward(x)[0]
+            per_row = nn.functional.binary_cross_entropy_with_logits(logit, labels, reduction="none")
         weight = 1.0 if real else 0.0
         loss_sum = per_row.sum() * weight
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective

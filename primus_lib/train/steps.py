@@ -7,18 +7,25 @@ stream -> adapt tower with ``h_aux``; every other mode: the one tower).
 Dense parameters of each tower have their own Adam optimizer, so a batch step cannot move
 the adapt tower and a stream step cannot move the memory tower. Embeddings follow
 ``spec.model.embedding_updates`` in MTRM (single-tower modes always update them).
+
+Delayed feedback (MTRM, ``delayed.py``): stream steps train the adapt tower with
+``spec.model.stream_correction``'s loss, the real-time label being provisional. With
+``spec.model.serve: blend`` batch steps also fit the three-number serving head on the complete
+label (detached tower logits, its own Adam): still neither tower moves on the other's data.
+``complete_label_pass`` (measured, off) lets batch rows train the adapt tower's weights too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from primus_lib.spec.job import PrimusJob
-from primus_lib.train import modes
+from primus_lib.train import delayed, modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.model import ModelOptions, TwoTowerModel
 from primus_lib.train.modes import KINDS
@@ -47,11 +54,23 @@ class Stepper:
         learning_rate: float | None = None,
         sparse_learning_rate: float | None = None,
         seed: int | None = None,
+        stream_correction: str | None = None,
+        complete_label_pass: bool | None = None,
     ):
         spec = job.spec
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
+        two = modes.two_towers(self.mode)
+        self.correction = (stream_correction or spec.model.stream_correction) if two else "none"
+        if self.correction not in delayed.CORRECTIONS:
+            raise ValueError(f"stream_correction: expected one of {delayed.CORRECTIONS}, got {self.correction!r}")
+        second = spec.model.complete_label_pass if complete_label_pass is None else complete_label_pass
+        self.second_pass = two and second
+        self.blending = two and modes.served_output(self.mode, self.serve) == "blend"
+        if self.blending:
+            options = replace(options or ModelOptions(), blend=True)
+        self.completeness = delayed.Completeness()
         lr = learning_rate or spec.training.learning_rate
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
         torch.manual_seed(spec.training.seed if seed is None else seed)
@@ -63,6 +82,8 @@ class Stepper:
         }
         if modes.two_towers(self.mode):
             self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
+        if self.blending:
+            self.optimizers["serve"] = torch.optim.Adam(self.model.blend_parameters(), lr=lr)
         self.loss_fn = nn.BCEWithLogitsLoss()
         self.sparse: torch.optim.Optimizer | None = None  # replicated embeddings: stepped after the all-reduce
         if self.model.options.replicated:
@@ -85,13 +106,48 @@ class Stepper:
         if not self.updates_embeddings(kind):
             emb = emb.detach()
         x = self.model.inputs(emb, batch.dense)
-        logit = self.model.adapt_forward(x)[0] if graph == "adapt" else self.model.memory_forward(x)[0]
-        loss = self.loss_fn(logit, batch.labels)
-        optimizer = self.optimizers[graph]
-        optimizer.zero_grad(set_to_none=True)
+        if self.correction != "none":
+            self.completeness.update(kind, batch.labels)
+        per_row, logit = self.forward_loss(kind, graph, x, batch.labels)
+        loss = per_row.mean()
+        optimizers = self.stepped(kind, graph)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()  # the fused row-wise Adagrad updates the touched embedding rows here
-        optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
         return StepResult(graph, float(loss.detach()), torch.sigmoid(logit.detach()).numpy())
+
+    def forward_loss(self, kind: str, graph: str, x: torch.Tensor, labels: torch.Tensor):
+        """Per-row loss of ``graph`` on ``x`` and its logit: the stream correction on the adapt
+        tower, plus the blend head's BCE on batch steps when serving the blend."""
+        if graph == "adapt":
+            logit, memory_logit = self.model.adapt_forward(x)
+            c = self.completeness.value
+            return delayed.stream_loss(self.correction, logit, labels, c, memory_logit), logit
+        logit = self.model.memory_forward(x)[0]
+        per_row = F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
+        if kind != "batch" or not (self.blending or self.second_pass):
+            return per_row, logit
+        if self.second_pass:  # the complete labels through the served path: the adapt tower's weights only
+            adapt_logit = self.model.adapt_forward(x.detach())[0]
+            per_row = per_row + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
+        else:
+            with torch.no_grad():
+                adapt_logit = self.model.adapt_forward(x.detach())[0]
+        if self.blending:
+            served = self.model.blend_logit(adapt_logit, logit)
+            per_row = per_row + F.binary_cross_entropy_with_logits(served, labels, reduction="none")
+        return per_row, logit
+
+    def stepped(self, kind: str, graph: str) -> list[torch.optim.Optimizer]:
+        """The optimizers a minibatch of ``kind`` steps: its tower's, and the blend head's on batch steps."""
+        extra = []
+        if kind == "batch" and self.second_pass:
+            extra.append(self.optimizers["adapt"])
+        if kind == "batch" and self.blending:
+            extra.append(self.optimizers["serve"])
+        return [self.optimizers[graph], *extra]
 
     def step_synced(self, kind: str, batch: Batch | None, global_rows: int, group) -> StepResult | None:
         """One data-parallel step: this rank's rows (``batch``; None when it has none) are part of a
@@ -101,22 +157,31 @@ class Stepper:
         if not self.model.training:
             self.model.train()
         params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
+        if self.second_pass and kind == "batch":
+            params = [*params, *self.model.adapt_parameters()]
+        if self.blending and kind == "batch":
+            params = [*params, *self.model.blend_parameters()]
         update_emb = self.updates_embeddings(kind)
         tables = list(self.model.embeddings.parameters()) if update_emb else []
         for param in self.model.parameters():
             param.grad = None
         result = None
+        if self.correction != "none":  # every rank the same c: the global minibatch's clicks
+            local = (float(batch.labels.sum()), batch.size) if batch is not None and batch.size else (0.0, 0)
+            clicks, rows = group.sum([local[0], float(local[1])])
+            self.completeness.add(kind, clicks, int(rows))
         if batch is not None and batch.size:
             emb = self.model.embed(batch.sparse)
             if not update_emb:
                 emb = emb.detach()
             x = self.model.inputs(emb, batch.dense)
-            logit = self.model.adapt_forward(x)[0] if graph == "adapt" else self.model.memory_forward(x)[0]
-            loss_sum = nn.functional.binary_cross_entropy_with_logits(logit, batch.labels, reduction="sum")
+            per_row, logit = self.forward_loss(kind, graph, x, batch.labels)
+            loss_sum = per_row.sum()
             (loss_sum / global_rows).backward()
             result = StepResult(graph, float(loss_sum.detach()) / batch.size, torch.sigmoid(logit.detach()).numpy())
         group.reduce_grads(params, tables)
-        self.optimizers[graph].step()
+        for optimizer in self.stepped(kind, graph):
+            optimizer.step()
         if update_emb and self.sparse is not None:
             self.sparse.step()
         return result
@@ -127,7 +192,10 @@ class Stepper:
         self.model.eval()
         x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
         output = output or modes.served_output(self.mode, self.serve)
-        logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
+        if output == "blend":
+            logit = self.model.blend_logit(*self.model.adapt_forward(x))
+        else:
+            logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
         return torch.sigmoid(logit).numpy()
 
     # -- checkpoint state ---------------------------------------------------------------
@@ -136,6 +204,7 @@ class Stepper:
             "model": self.model.state_dict(),
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "sparse_optimizer": self.sparse_optimizer().state_dict(),
+            "completeness": self.completeness.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -143,6 +212,8 @@ class Stepper:
         for name, opt in self.optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
+        if "completeness" in state:  # checkpoints from before the stream correction have none
+            self.completeness.load_state_dict(state["completeness"])
 
     def sparse_optimizer(self):
         if self.sparse is not None:

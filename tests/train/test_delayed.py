@@ -1,0 +1,107 @@
+"""The delayed-feedback correction (delayed.py) and MTRM's serving head / complete-label pass."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from primus_lib.spec.training import ModelSpec
+from primus_lib.train.delayed import Completeness, likelihood_loss, soft_targets, stream_loss
+from primus_lib.train.steps import Stepper
+from tests.train.test_steps import _batch, _equal, _snapshot, _tables
+
+
+@pytest.mark.parametrize("c", [0.3, 0.8, 0.999, 1.0])
+def test_likelihood_loss_is_the_observed_label_likelihood(c):
+    logit = torch.linspace(-6, 6, 25, dtype=torch.float64)
+    p = torch.sigmoid(logit)
+    for y in (0.0, 1.0):
+        labels = torch.full_like(logit, y)
+        expected = -(y * torch.log(c * p) + (1 - y) * torch.log(1 - c * p))
+        torch.testing.assert_close(likelihood_loss(logit, labels, c), expected)
+    labels = (torch.arange(25) % 3 == 0).double()
+    if c == 1.0:  # no missed clicks: plain BCE
+        torch.testing.assert_close(
+            likelihood_loss(logit, labels, c), F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
+        )
+
+
+def test_likelihood_loss_recovers_the_complete_click_rate():
+    """Observed rate c * p: the expected loss is minimal where sigmoid(logit) = p, not c * p."""
+    p, c = 0.12, 0.8
+    logit = torch.tensor([math.log(p / (1 - p))], dtype=torch.float64, requires_grad=True)
+    expected = c * p * likelihood_loss(logit, torch.ones(1, dtype=torch.float64), c) + (1 - c * p) * likelihood_loss(
+        logit, torch.zeros(1, dtype=torch.float64), c
+    )
+    expected.sum().backward()
+    assert abs(float(logit.grad)) < 1e-9
+    plain = c * p * F.softplus(-logit) + (1 - c * p) * F.softplus(logit)  # uncorrected BCE's optimum is c * p
+    (grad,) = torch.autograd.grad(plain.sum(), logit)
+    assert float(grad) > 1e-3
+
+
+def test_soft_targets_are_the_fake_negative_probability():
+    labels = torch.tensor([1.0, 0.0, 0.0])
+    memory_logit = torch.tensor([0.0, 0.0, math.log(0.2 / 0.8)])
+    targets = soft_targets(labels, memory_logit, 0.75)
+    torch.testing.assert_close(targets, torch.tensor([1.0, 0.5 * 0.25 / (1 - 0.375), 0.2 * 0.25 / (1 - 0.15)]))
+    torch.testing.assert_close(soft_targets(labels, memory_logit, 1.0), labels)
+    with pytest.raises(ValueError, match="stream_correction"):
+        stream_loss("bogus", memory_logit, labels, 0.8, None)
+
+
+def test_completeness_is_the_ratio_of_click_rates():
+    estimate = Completeness(halflife_rows=1e6)
+    assert estimate.value == 1.0  # nothing seen: no correction
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        estimate.update("batch", torch.tensor(rng.random(512) < 0.10, dtype=torch.float32))
+        estimate.update("stream", torch.tensor(rng.random(512) < 0.08, dtype=torch.float32))
+    assert 0.75 < estimate.value < 0.85
+    clone = Completeness()
+    clone.load_state_dict(estimate.state_dict())
+    assert clone.value == estimate.value
+
+
+def test_spec_options_default_and_refuse_unknown_values():
+    spec = ModelSpec(memory_tower=[8], adapt_tower=[8])
+    assert (spec.serve, spec.stream_correction, spec.complete_label_pass) == ("adapt", "soft", False)
+    with pytest.raises(ValueError, match="stream_correction"):
+        ModelSpec(memory_tower=[8], adapt_tower=[8], stream_correction="fnw")
+
+
+def test_blend_head_moves_on_batch_steps_only(tiny):
+    _, job = tiny
+    stepper = Stepper(job, mode="mtrm", serve="blend", stream_correction="likelihood")
+    blend, adapt = _snapshot(stepper.model.blend_parameters()), _snapshot(stepper.model.adapt_parameters())
+    stepper.step("batch", _batch(job, seed=1))
+    assert not _equal(blend, stepper.model.blend_parameters()), "a batch step did not fit the blend head"
+    assert _equal(adapt, stepper.model.adapt_parameters()), "a batch step changed the adapt tower"
+    blend, memory = _snapshot(stepper.model.blend_parameters()), _snapshot(stepper.model.memory_parameters())
+    stepper.step("stream", _batch(job, seed=2))
+    assert _equal(blend, stepper.model.blend_parameters()) and _equal(memory, stepper.model.memory_parameters())
+    batch = _batch(job)
+    clone = Stepper(job, mode="mtrm", serve="blend", stream_correction="likelihood", seed=5)
+    buffer = io.BytesIO()
+    torch.save(stepper.state_dict(), buffer)
+    buffer.seek(0)
+    clone.load_state_dict(torch.load(buffer, weights_only=False))
+    np.testing.assert_array_equal(clone.predict(batch), stepper.predict(batch))
+    assert clone.completeness.state_dict() == stepper.completeness.state_dict()
+
+
+def test_complete_label_pass_trains_adapt_weights_not_tables(tiny):
+    _, job = tiny
+    stepper = Stepper(job, mode="mtrm", embedding_updates="stream", complete_label_pass=True)
+    adapt, tables = _snapshot(stepper.model.adapt_parameters()), _tables(stepper)
+    stepper.step("batch", _batch(job, seed=1))
+    assert not _equal(adapt, stepper.model.adapt_parameters()), "the complete-label pass did not train the adapt tower"
+    assert all(torch.equal(v, _tables(stepper)[k]) for k, v in tables.items()), "the second pass moved the tables"
+    memory = _snapshot(stepper.model.memory_parameters())
+    stepper.step("stream", _batch(job, seed=2))
+    assert _equal(memory, stepper.model.memory_parameters()), "a stream step changed the memory tower"
