@@ -61,7 +61,7 @@ demo: up
 	@bash scripts/demo.sh
 
 bench: install
-	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f | tail -1; done
+	@for f in bench/[!_]*.py; do echo "== $$f"; $(PY) $$f | tail -1; done
 
 clean:
 	rm -rf $(VENV) .primus build *.egg-info

@@ -16,10 +16,16 @@ Figures: core-hours allocated (pending pods hold their cores), CPU utilisation (
 trainer starvation (share of the trainers' demand not served), throughput per core (samples per
 allocated core-second). The paper: +17.1% throughput per core, CPU utilisation 50% -> 80%.
 Last line: JSON with `ratio` (throughput per core, scaled / best static) and `cpu_util` (scaled).
+
+Second phase (skipped with ``--skip-real``): the same comparison with real processes on the embedded
+default (bench/_surge_runs.py: bench/surge.py's Kafka, stream executors, trainer and 10x surge; the
+scaler ticking vs fixed stream-executor counts); adds `ratio_real` (core-seconds of the stream
+executors, best static / scaled, at equal or lower trainer starvation) and the raw figures per run.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -137,7 +143,14 @@ def best_static(bound: float) -> dict:
     return {"executors": executors, "cores": cores, **result, "searched_cores": len(searched)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-real", action="store_true", help="only the model (no real-process runs)")
+    parser.add_argument("--real-static", default="1,2,4", help="stream-executor counts of the static runs")
+    parser.add_argument("--real-phases", default="15,30,30,15",
+                        help="seconds: before, surge, after the surge, tail (real runs)")  # fmt: skip
+    parser.add_argument("--real-base", type=float, default=500.0, help="base stream rate, rows/s (x10 in the surge)")
+    args = parser.parse_args(argv)
     logging.getLogger("primus.scaling").setLevel(logging.WARNING)
     spec = job()
     ours = run(HAND_SET_EXECUTORS, HAND_SET_CORES, spec)
@@ -170,6 +183,15 @@ def main() -> None:
         "hand_set_900x10": hand_set,
         "static_at_hand_set_starvation": lenient,
     }
+    if not args.skip_real:
+        from bench import _surge_runs, surge
+
+        before, during, after, tail = (float(x) for x in args.real_phases.split(","))
+        real_args = surge.parser().parse_args(
+            ["--base", str(args.real_base), "--before", str(before), "--surge", str(during),
+             "--after", str(after), "--tail", str(tail)]
+        )  # fmt: skip
+        result.update(_surge_runs.compare(real_args, [int(n) for n in args.real_static.split(",")]))
     print(json.dumps(result))
 
 

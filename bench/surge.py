@@ -1,7 +1,7 @@
 """Load: a stream surge of 10x the normal rate while batch windows keep arriving. Is it drained by
 the priority rule and the scaler, and does the batch side keep training?
 
-    .venv/bin/python bench/surge.py [--base 500] [--factor 10] [--before 60] [--surge 60] [--after 120]
+    .venv/bin/python bench/surge.py [--base 500] [--factor 10] [--before 60] [--surge 60] [--after 120] [--tail 30]
 
 Starts its own Apache Kafka (devstack.kafka) and runs the job's roles on the local backend as in
 the embedded default: stream executors (``primus executor``, 1 replica, the scaler may take it to 4)
@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -57,7 +58,9 @@ RUN_WINDOW = (
 )
 
 
-def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int) -> Path:
+def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, replicas: int = 1,
+               bounds: tuple[int, int] = (1, 4)) -> Path:  # fmt: skip
+    """The job's spec; ``replicas`` stream executors to start with, ``bounds`` the scaler's (min, max)."""
     data = work / "data"
     generate(data, T0, T0 + timedelta(hours=hours), rows_per_hour=rows_per_hour, seed=11)
     doc = job_doc(f"file://{data}", hours=hours, bootstrap=bootstrap, topic=TOPIC)
@@ -72,7 +75,13 @@ def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int) -> Pa
     train = [*PY, "train", "{SPEC}", "--checkpoint-steps", "50", "--poll-interval", "1"]
     spec["resources"]["roles"] = {
         "data_executor": {"replicas": 1, "min_replicas": 1, "max_replicas": 1, "cpu": 1, "memory": "2Gi"},
-        "stream_executor": {"replicas": 1, "min_replicas": 1, "max_replicas": 4, "cpu": 1, "memory": "1Gi"},
+        "stream_executor": {
+            "replicas": replicas,
+            "min_replicas": bounds[0],
+            "max_replicas": bounds[1],
+            "cpu": 1,
+            "memory": "1Gi",
+        },
         "trainer": {"replicas": 1, "cpu": 1, "memory": "4Gi", "command": train},
     }
     spec["scaling"] = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": "15s"},
@@ -224,18 +233,25 @@ def plot(rows: list[dict], decisions: list[dict], phases: tuple[float, float], o
     fig.savefig(out, dpi=90)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=float, default=500.0, help="normal stream rate, rows/s")
     parser.add_argument("--factor", type=float, default=10.0)
     parser.add_argument("--before", type=float, default=60.0, help="seconds at the base rate before the surge")
     parser.add_argument("--surge", type=float, default=60.0, help="seconds of surge")
     parser.add_argument("--after", type=float, default=120.0, help="seconds at the base rate after the surge")
+    parser.add_argument("--tail", type=float, default=30.0, help="seconds sampled after the producer's schedule")
     parser.add_argument("--batch-every", type=float, default=15.0, help="seconds between batch windows")
     parser.add_argument("--batch-rows", type=int, default=2000, help="impressions per batch window")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "surge-lag.png")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
+              watch: Callable[[object, float], None] | None = None) -> tuple[list[dict], list[dict], list[float]]:  # fmt: skip
+    """One run: ``replicas`` stream executors to start with, the scaler ticking when ``scale`` (else the
+    replicas stay fixed: the static allocation); ``watch(backend, elapsed)`` at every sample.
+    Returns the samples, the scaler's decisions and when each batch window was queued."""
     total = args.before + args.surge + args.after
     hours = int(total // args.batch_every) + 2
     work = Path(tempfile.mkdtemp(prefix="bench-surge-"))
@@ -247,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
-        spec = write_spec(work, server.bootstrap, hours, args.batch_rows)
+        bounds = (1, 4) if scale else (replicas, replicas)
+        spec = write_spec(work, server.bootstrap, hours, args.batch_rows, replicas, bounds)
         job = load_job(spec, env={})
         backend = backend_for(job, str(spec))
         backend.submit()
@@ -266,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         producer.start()
         began, queued, decisions, queued_at = time.monotonic(), 2, [], [0.0, 0.0]
         next_batch, next_scale, next_sample, batch = began, began + SCALE_EVERY, began, None
-        while (now := time.monotonic()) - began < total + 30:
+        while (now := time.monotonic()) - began < total + args.tail:
             elapsed = now - began
             if batch is not None and batch.poll() is not None:
                 if batch.returncode == 0:
@@ -277,13 +294,15 @@ def main(argv: list[str] | None = None) -> int:
                 when = (T0 + timedelta(hours=queued)).isoformat()
                 batch = subprocess.Popen([sys.executable, "-c", RUN_WINDOW, str(spec), when], cwd=ROOT)
                 next_batch = now + args.batch_every
-            if now >= next_scale:
+            if scale and now >= next_scale:
                 for d in scaling_step(job, backend=backend):
                     decisions.append({"t": round(elapsed, 1), **{k: d.to_dict()[k] for k in ("role", "action", "replicas", "reason")}})  # fmt: skip
                     print(f"{elapsed:6.1f}s decision {decisions[-1]}", flush=True)
                 next_scale = now + SCALE_EVERY
             if now >= next_sample:
                 row = sampler.sample(elapsed, producer.rate_at(elapsed), queued)
+                if watch is not None:
+                    watch(backend, elapsed)
                 print(f"{row['t']:6.1f}s rate {row['rate']:6.0f} lag {row['lag_rows']:6d} batch trained "
                       f"{row['batch_windows_trained']}/{queued} executors {row['executors_desired']}", flush=True)  # fmt: skip
                 next_sample = now + SAMPLE_EVERY
@@ -295,10 +314,15 @@ def main(argv: list[str] | None = None) -> int:
         if backend is not None:
             backend.stop()
         server.stop()
-    rows = sampler.rows
+        shutil.rmtree(work, ignore_errors=True)
+    return sampler.rows, decisions, queued_at
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    rows, decisions, queued_at = run_surge(args)
     phases = (args.before, args.before + args.surge)
     plot(rows, decisions, phases, args.plot)
-    shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(summary(rows, decisions, phases, args, queued_at)))
     return 0
 
