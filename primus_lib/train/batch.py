@@ -33,10 +33,11 @@ class Batch:
 
 def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column: str | None = None) -> Batch:
     """Build a :class:`Batch`; missing columns are an error that names them."""
-    names = set(table.column_names)
-    wanted = [features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense]
-    missing = [c for c in wanted if c not in names]
-    if missing:
+    names = table.column_names
+    wanted = _wanted(features)
+    if not wanted.issubset(names):
+        missing = [c for c in [features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense]
+                   if c not in names]  # fmt: skip
         raise ValueError(f"sample table lacks columns {missing} (has {sorted(names)})")
     rows = table.num_rows
     keys = [f.name for f in features.sparse]
@@ -46,10 +47,17 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         values = np.concatenate([_view(table, k) for k in keys]).astype(np.int64, copy=False)
     else:
         values = np.zeros(0, np.int64)
-    sparse = KeyedJaggedTensor.from_lengths_sync(
+    # Single-valued features: lengths, offsets and the per-key splits are known, so the KJT is
+    # built complete (from_lengths_sync would derive them with a cumsum and list conversions).
+    n = rows * len(keys)
+    sparse = KeyedJaggedTensor(
         keys=keys,
         values=torch.from_numpy(values),
-        lengths=torch.ones(rows * len(keys), dtype=torch.int64),
+        lengths=torch.ones(n, dtype=torch.int64),
+        offsets=torch.arange(n + 1, dtype=torch.int64),
+        stride=rows,
+        length_per_key=[rows] * len(keys),
+        offset_per_key=list(range(0, n + 1, rows)) if rows else [0] * (len(keys) + 1),
     )
     if features.dense:
         dense = np.stack([_view(table, k) for k in features.dense], axis=1).astype(np.float32, copy=False)
@@ -65,6 +73,18 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         ts=_np(table, features.timestamp, np.int64),
         ids=ids,
     )
+
+
+_WANTED: dict[int, tuple[FeaturesSpec, frozenset[str]]] = {}
+
+
+def _wanted(features: FeaturesSpec) -> frozenset[str]:
+    """The columns a batch needs, once per (frozen) features spec: this runs every step."""
+    known = _WANTED.get(id(features))
+    if known is None or known[0] is not features:
+        columns = frozenset([features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense])
+        known = _WANTED[id(features)] = (features, columns)
+    return known[1]
 
 
 def _view(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:

@@ -194,8 +194,10 @@ class Inputs:
         self.staged_seqs.clear()
         for name, staged in self.staging.items():
             buffer = self.reader.buffers[name]
-            while staged.chunks:
-                buffer.push(staged.chunks.popleft())
+            if staged.chunks:
+                while staged.chunks:
+                    buffer.push(staged.chunks.popleft())
+                self.reader.metrics.of(name)[0].set(buffer.rows)
             staged.rows = 0
             buffer.exhausted = staged.exhausted
             buffer.drained = staged.drained

@@ -1,22 +1,37 @@
 """The trainer's prefetch thread: reads the feeds into the staging buffers in the background,
 so that training never waits on input it could have had (Arrow reads, Kafka polls and SQLite
-release the GIL)."""
+release the GIL).
+
+It wakes only when reading can do something: while every live buffer holds its read-ahead it
+sleeps until the trainer takes rows (``consumed``); a thread that polled every few ms would
+take the GIL from the training thread between its kernels for nothing."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
+FULL_WAIT = 0.25  # seconds a thread with full buffers sleeps unless woken (a bound, not a poll)
+
 
 class Prefetcher:
     """Calls ``read()`` under ``lock`` until stopped; a failure is kept and raised in the
-    training thread by ``check()`` (and by ``stop()``)."""
+    training thread by ``check()`` (and by ``stop()``). ``full()`` (under the lock): every
+    buffer that can still receive rows holds its read-ahead."""
 
-    def __init__(self, read: Callable[[], bool], lock: threading.Lock, poll_interval: float):
+    def __init__(
+        self,
+        read: Callable[[], bool],
+        lock: threading.Lock,
+        poll_interval: float,
+        full: Callable[[], bool] | None = None,
+    ):
         self.read = read
         self.lock = lock
+        self.full = full
         self.backoff = max(0.002, min(poll_interval, 0.02))
         self.stopping = threading.Event()
+        self.wanted = threading.Event()  # the trainer took rows: there may be room to read into
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="primus-prefetch", daemon=True)
 
@@ -28,10 +43,16 @@ class Prefetcher:
             while not self.stopping.is_set():
                 with self.lock:
                     arrived = self.read()
+                    full = not arrived and self.full is not None and self.full()
                 if not arrived:  # nothing new (or buffers full): back off, never spin
-                    self.stopping.wait(self.backoff)
+                    self.wanted.wait(FULL_WAIT if full else self.backoff)
+                    self.wanted.clear()
         except BaseException as exc:  # surfaced in the training thread by check()
             self.error = exc
+
+    def consumed(self) -> None:
+        """The trainer took rows from a buffer below its read-ahead: read now."""
+        self.wanted.set()
 
     def check(self) -> None:
         if self.error is not None:
@@ -39,5 +60,6 @@ class Prefetcher:
 
     def stop(self) -> None:
         self.stopping.set()
+        self.wanted.set()
         self.thread.join(timeout=30)
         self.check()

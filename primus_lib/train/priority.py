@@ -46,6 +46,15 @@ class ReaderMetrics:
         self.rows_served = Counter(
             "primus_trainer_rows_served", "Rows handed to training steps", ["stream"], registry=self.registry
         )
+        self.children: dict[str, tuple] = {}  # stream -> its (buffer rows, lag, served) children: labels() locks
+
+    def of(self, stream: str) -> tuple:
+        """The labelled children of ``stream`` (looked up once: every step updates them)."""
+        got = self.children.get(stream)
+        if got is None:
+            got = self.children[stream] = tuple(m.labels(stream) for m in (self.buffer_rows, self.lag_seconds,
+                                                                              self.rows_served))  # fmt: skip
+        return got
 
 
 class Buffer:
@@ -136,13 +145,14 @@ class PriorityReader:
         buffer = self.buffers[name]
         rows = buffer.pop(n)
         self.served[buffer.name] += rows.num_rows
-        self.metrics.rows_served.labels(buffer.name).inc(rows.num_rows)
+        rows_gauge, lag, served = self.metrics.of(buffer.name)
+        served.inc(rows.num_rows)
         if rows.num_rows:
             newest = rows.column(buffer.ts_column).to_numpy().max() / 1000.0
-            self.metrics.lag_seconds.labels(buffer.name).set(self.clock() - float(newest))
-        self.observe()
+            lag.set(self.clock() - float(newest))
+        rows_gauge.set(buffer.rows)  # the only buffer this changed
         return rows
 
     def observe(self) -> None:
         for buffer in self.buffers.values():
-            self.metrics.buffer_rows.labels(buffer.name).set(buffer.rows)
+            self.metrics.of(buffer.name)[0].set(buffer.rows)

@@ -33,6 +33,7 @@ class WindowAccounting:
         self.unmerged: dict[str, dict] = {}  # raw stats of windows this rank finished, not yet merged
         self.done_since_checkpoint = False
         self.stream_window = -1  # newest stream window trained
+        self.stream_keys: dict[tuple[str, int], str] = {}
 
     def expect(self, feed: BatchFeed, seq: int) -> None:
         """A batch window started arriving: how many of its rows this process trains."""
@@ -47,23 +48,42 @@ class WindowAccounting:
         """One trained minibatch: statistics per window, completion of batch windows."""
         if kind == "batch":
             seqs = rows.column(SEQ_COLUMN).to_numpy()
-            for seq in set(seqs.tolist()):
-                mask = seqs == seq
+            first = int(seqs[0])
+            # a minibatch rarely spans two windows: one statistics update then, no masks
+            parts = [(first, None)] if (seqs == first).all() else [(s, seqs == s) for s in set(seqs.tolist())]
+            for seq, mask in parts:
                 entry = self.seq_rows[seq]
-                self._stats(entry[0]).add(labels[mask], probs[mask])
-                entry[2] += int(mask.sum())
+                if mask is None:
+                    self._stats(entry[0]).add(labels, probs)
+                    entry[2] += len(seqs)
+                else:
+                    self._stats(entry[0]).add(labels[mask], probs[mask])
+                    entry[2] += int(mask.sum())
                 if entry[2] >= entry[1]:
                     self.window_done(seq)
             return
         windows = ts // self.window_ms
-        newest = int(windows.max())
+        oldest, newest = int(windows.min()), int(windows.max())
         if self.stream_only and newest > self.stream_window:
             self.done_since_checkpoint |= self.stream_window >= 0
             self.stream_window = newest
+        if oldest == newest:
+            self._stats(self._stream_key(name, oldest)).add(labels, probs)
+            return
         for w in set(windows.tolist()):
             mask = windows == w
-            key = progress_key(name, window_id(from_epoch_ms(w * self.window_ms)))
-            self._stats(key).add(labels[mask], probs[mask])
+            self._stats(self._stream_key(name, w)).add(labels[mask], probs[mask])
+
+    def _stream_key(self, name: str, window: int) -> str:
+        """``<stream>/<window-id>`` of window number ``window`` (cached: formatting a time every step costs)."""
+        key = self.stream_keys.get((name, window))
+        if key is None:
+            if len(self.stream_keys) > 4096:
+                self.stream_keys.clear()
+            key = self.stream_keys[(name, window)] = progress_key(
+                name, window_id(from_epoch_ms(window * self.window_ms))
+            )
+        return key
 
     def _stats(self, key: str) -> WindowStats:
         return self.stats.setdefault(key, WindowStats())
