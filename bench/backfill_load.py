@@ -104,44 +104,22 @@ def write_job(root: Path, windows: int, ledger_url: str, name: str = NAME, rows_
 
 
 def start_airflow(root: Path, job, db_url: str, parallelism: int, **settings: str):
-    """Airflow's four processes on ``db_url`` (migrated first), ``settings`` added to their environment;
-    returns (Airflow, env). Stop with ``stop_airflow``."""
-    from devstack.airflow import Airflow
-    from devstack.proc import free_port
-    from tests.fixtures.airflow import airflow_env, sync_dag_stubs
+    """Airflow's four processes on ``db_url`` with ``parallelism`` task slots; returns (Airflow, env)."""
+    from tests.fixtures.airflow import start_airflow_processes
 
-    port = free_port()
-    stack = Airflow(root / "home", port, root / "run", root / "logs", PASSWORD)
-    stack.write_password()
-    api_conn = {"conn_type": "http", "host": "127.0.0.1", "port": port, "login": "admin", "password": PASSWORD}
-    env = airflow_env(
-        root / "home", job,
-        AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__API__PORT=str(port), AIRFLOW__API__BASE_URL=stack.url,
-        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{stack.url}/execution/", AIRFLOW__API__WORKERS="1",
-        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
-        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
-        AIRFLOW_CONN_PRIMUS_AIRFLOW_API=json.dumps(api_conn),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=db_url,
+    return start_airflow_processes(
+        root, job, db_url, PASSWORD,
         AIRFLOW__CORE__PARALLELISM=str(parallelism),
         AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=str(parallelism),
         AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="1200",
         **settings,
     )  # fmt: skip
-    stack.migrate(env, root / "migrate.log")
-    sync_dag_stubs(env, job.dags)
-    stack.spawn(env)
-    try:
-        poll_until(stack.healthy, "a healthy Airflow", 300)
-    except BaseException:
-        stop_airflow(stack)
-        raise
-    return stack, env
 
 
 def stop_airflow(stack) -> None:
-    for daemon in stack.daemons.values():
-        daemon.stop(timeout=45)
+    from tests.fixtures.airflow import stop_airflow_processes
+
+    stop_airflow_processes(stack)
 
 
 # -- what is measured --------------------------------------------------------------------------

@@ -13,7 +13,6 @@ reset after 10 s.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -21,8 +20,7 @@ import pytest
 from devstack.airflow import Airflow
 from devstack.proc import poll_until
 from primus_lib.paths import parse_window_id
-from tests.fixtures._proc import free_port
-from tests.fixtures.airflow import airflow_binary, airflow_env, make_job, sync_dag_stubs
+from tests.fixtures.airflow import airflow_binary, make_job, start_airflow_processes, stop_airflow_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -35,20 +33,8 @@ def airflow(tmp_path, postgres_server):
     """Our own four Airflow processes (so each can be killed), on a fresh PostgreSQL database."""
     airflow_binary()
     job = make_job(tmp_path / "job", name="af-faults", end="2026-11-01T03:00:00Z")
-    home = tmp_path / "home"
-    port = free_port()
-    stack = Airflow(home, port, tmp_path / "run", tmp_path / "logs", PASSWORD)
-    stack.write_password()
-    api_conn = {"conn_type": "http", "host": "127.0.0.1", "port": port, "login": "admin", "password": PASSWORD}
-    env = airflow_env(
-        home, job,
-        AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__API__PORT=str(port), AIRFLOW__API__BASE_URL=stack.url,
-        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{stack.url}/execution/", AIRFLOW__API__WORKERS="1",
-        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
-        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
-        AIRFLOW_CONN_PRIMUS_AIRFLOW_API=json.dumps(api_conn),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_faults"),
+    stack, env = start_airflow_processes(
+        tmp_path, job, postgres_server.create_database("airflow_faults"), PASSWORD, timeout=240,
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="20",
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5",
         AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD="10",
@@ -56,11 +42,7 @@ def airflow(tmp_path, postgres_server):
         AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="60",
         AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD="10",
     )  # fmt: skip
-    stack.migrate(env, tmp_path / "migrate.log")
-    sync_dag_stubs(env, job.dags)
     try:
-        stack.spawn(env)
-        poll_until(stack.healthy, "a healthy Airflow", 240)
         yield stack, env, job
     finally:
         from primus_lib.resources import backend_for
@@ -72,8 +54,7 @@ def airflow(tmp_path, postgres_server):
                     mp.setenv(key, value)
                 backend_for(load_job(job.spec), str(job.spec)).stop()  # the job's trainer
         finally:
-            for daemon in stack.daemons.values():
-                daemon.stop(timeout=45)  # SIGTERM to its group, SIGKILL after 45 s
+            stop_airflow_processes(stack)
 
 
 def _kill(stack: Airflow, env: dict, name: str) -> None:
