@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from datetime import timedelta
@@ -26,8 +24,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from devstack.postgres import ROLE, Postgres
-from tests.fixtures._proc import free_port
+from devstack.postgres import ROLE
+from tests.fixtures.postgres import own_cluster
 from tests.reliability.test_load import _bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,17 +44,9 @@ SHORT_TIMERS = {
 
 @pytest.fixture
 def pg(tmp_path):
-    """A PostgreSQL cluster of this test's own (short socket path, reachable by the postgres user)."""
-    root = Path(tempfile.mkdtemp(prefix="primus-pgm-"))
-    root.chmod(0o755)  # as root the cluster belongs to the postgres user, who must enter it
-    server = Postgres(root / "cluster", free_port(), tmp_path / "run", tmp_path / "logs", password="pg-meta-secret")
-    try:
-        server.start()
+    with own_cluster(tmp_path, "pg-meta-secret") as server:
         server._sql(f'CREATE DATABASE primus_ledger OWNER "{ROLE}"')
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Supervisor(threading.Thread):

@@ -13,11 +13,9 @@ from __future__ import annotations
 import collections
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from primus_lib.data.db import DatabaseError, dispose
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.task import DataTask
 from primus_lib.data.training_queue import TrainingQueue
-from tests.fixtures._proc import free_port
+from tests.fixtures.postgres import own_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
 
@@ -69,20 +67,14 @@ print(json.dumps(events), flush=True)
 
 @pytest.fixture
 def pg(tmp_path):
-    """A PostgreSQL cluster of this test's own (short socket path, reachable by the postgres user)."""
-    root = Path(tempfile.mkdtemp(prefix="primus-pgr-"))
-    root.chmod(0o755)  # as root the cluster belongs to the postgres user, who must enter it
-    server = Postgres(root / "cluster", free_port(), tmp_path / "run", tmp_path / "logs", password="pg-restart-secret")
-    try:
-        server.start()
+    with own_cluster(tmp_path, "pg-restart-secret") as server:
         # The launcher's cluster trades durability for speed (synchronous_commit=off: a crash may
         # lose commits it acknowledged); a production database does not, nor does this test's role.
         server._sql(f'ALTER ROLE "{ROLE}" SET synchronous_commit = on')
-        yield server
-    finally:
-        dispose(server.url)
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            yield server
+        finally:
+            dispose(server.url)
 
 
 def _restart(server: Postgres, sig: int) -> None:

@@ -83,13 +83,7 @@ def _seaweedfs(root: Path, access: str, secret: str):
 def _ledger_database(postgres, password: str) -> str:
     """A login role of its own with the secret password, and its database; the spec's URL."""
     role = f"ledger_{secrets.token_hex(4)}"
-    conn = postgres.admin()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
-            cur.execute(f'CREATE DATABASE "{role}" OWNER "{role}"')
-    finally:
-        conn.close()
+    postgres.create_login(role, password)
     return f"postgresql+psycopg2://{role}:${{PRIMUS_LEDGER_PASSWORD}}@{postgres.host}:{postgres.port}/{role}"
 
 
