@@ -33,6 +33,23 @@ def logloss(labels: np.ndarray, probs: np.ndarray) -> float | None:
     return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
 
 
+class _Folded:
+    """A count of ``WindowStats`` read or set only after the held minibatches are folded in."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, stats: WindowStats | None, owner: type | None = None):
+        if stats is None:
+            return self
+        stats._fold()
+        return getattr(stats, self.slot)
+
+    def __set__(self, stats: WindowStats, value) -> None:
+        stats._fold()
+        setattr(stats, self.slot, value)
+
+
 class WindowStats:
     """Counts of positives/negatives per probability bin plus the logloss sum.
 
@@ -69,45 +86,10 @@ class WindowStats:
         self._loss_sum += float(-np.log(np.where(y, p, 1 - p)).sum())
         self._samples += int(y.size)
 
-    @property
-    def pos(self) -> np.ndarray:
-        self._fold()
-        return self._pos
-
-    @pos.setter
-    def pos(self, value: np.ndarray) -> None:
-        self._fold()
-        self._pos = value
-
-    @property
-    def neg(self) -> np.ndarray:
-        self._fold()
-        return self._neg
-
-    @neg.setter
-    def neg(self, value: np.ndarray) -> None:
-        self._fold()
-        self._neg = value
-
-    @property
-    def loss_sum(self) -> float:
-        self._fold()
-        return self._loss_sum
-
-    @loss_sum.setter
-    def loss_sum(self, value: float) -> None:
-        self._fold()
-        self._loss_sum = value
-
-    @property
-    def samples(self) -> int:
-        self._fold()
-        return self._samples
-
-    @samples.setter
-    def samples(self, value: int) -> None:
-        self._fold()
-        self._samples = value
+    pos = _Folded()
+    neg = _Folded()
+    loss_sum = _Folded()
+    samples = _Folded()
 
     def auc(self) -> float | None:
         pos_total, neg_total = self.pos.sum(), self.neg.sum()
