@@ -18,7 +18,7 @@ help:
 	@echo "make demo   make up, then run the ctr-demo job through Airflow's scheduler and report"
 	@echo "make test   install, prepare the servers the tests start, run all tests"
 	@echo "make lint   ruff"
-	@echo "make bench  run every benchmark in bench/"
+	@echo "make bench  run every benchmark in bench/ (BENCH_WINDOWS=500: the backfill load's windows)"
 
 system:
 	@bash scripts/install-system.sh
@@ -60,8 +60,18 @@ down:
 demo: up
 	@bash scripts/demo.sh
 
-bench: install
-	@for f in bench/[!_]*.py; do echo "== $$f"; $(PY) $$f | tail -1; done
+# Every benchmark in turn; each one's whole output goes to .primus/bench/NAME.log, its last line
+# (one JSON object) to the terminal; a failed benchmark fails the target after the others ran.
+BENCH_WINDOWS ?= 500
+bench: install infra
+	@mkdir -p .primus/bench; failed=""; \
+	for f in bench/[!_]*.py; do \
+	  name=$$(basename $$f .py); echo "== $$f"; \
+	  if PRIMUS_CACHE=$(CACHE) PRIMUS_BENCH_WINDOWS=$(BENCH_WINDOWS) $(PY) $$f > .primus/bench/$$name.log 2>&1; \
+	  then tail -1 .primus/bench/$$name.log; \
+	  else tail -5 .primus/bench/$$name.log; failed="$$failed $$name"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed (logs in .primus/bench/)"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .primus build *.egg-info

@@ -1,7 +1,7 @@
 """Load: one Airflow backfill of many windows through a real scheduler; does a window cost the same at
 the end as at the start, and how fast do the metadata DB and the job's ledger grow?
 
-    .venv/bin/python bench/backfill_load.py [--windows 500] [--budget 2100] [--parallelism 4]
+    .venv/bin/python bench/backfill_load.py [--windows 500] [--budget S] [--parallelism 4]
 
 Starts its own PostgreSQL (devstack.postgres, durable defaults) holding Airflow's metadata database
 and the job's ledger + training queue (``spec.storage.database``: the production layout), and
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -247,12 +248,15 @@ def run_backfill(api, name: str, windows: int, airflow_url: str, ledger_url: str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--windows", type=int, default=500)
-    parser.add_argument("--budget", type=float, default=2100.0, help="seconds to wait for the backfill")
+    parser.add_argument("--windows", type=int, default=int(os.environ.get("PRIMUS_BENCH_WINDOWS", "500")),
+                        help="windows to backfill (default $PRIMUS_BENCH_WINDOWS or 500)")  # fmt: skip
+    parser.add_argument("--budget", type=float, help="seconds to wait for the backfill (default 300 + 15 per window)")
     parser.add_argument("--parallelism", type=int, default=4, help="Airflow task slots")
     parser.add_argument("--max-active-runs", type=int, default=4)
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one, removed)")
     args = parser.parse_args(argv)
+    if args.budget is None:
+        args.budget = 300.0 + 15.0 * args.windows
 
     from devstack.postgres import ROLE, Postgres
     from devstack.proc import free_port
@@ -283,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
     finished = [t for t in times if t["state"] in ("success", "failed")]
+    summary = summarise(finished)
     result = {
-        "windows": args.windows, "finished": len(finished), "succeeded": sum(t["state"] == "success" for t in times),
+        "bench": "backfill_load", "windows": args.windows, "finished": len(finished), "succeeded": sum(t["state"] == "success" for t in times),
         "complete": done.complete, "parallelism": args.parallelism, "max_active_runs": args.max_active_runs,
-        **summarise(finished),
+        **summary, "ratio": summary["growth_ratio"],  # the last windows' interval / the first windows'
         "airflow_rows_per_window_first": _mean(rows[:EDGE]), "airflow_rows_per_window_last": _mean(rows[-EDGE:]),
         "queued": len(queued), "queued_once": len({w for _, w in queued}) == len(queued),
         "airflow_db_bytes": [before["airflow_db_bytes"], after["airflow_db_bytes"]],

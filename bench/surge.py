@@ -353,7 +353,7 @@ def summary(rows: list[dict], decisions: list[dict], phases: tuple[float, float]
         return part[-1]["batch_windows_trained"] - part[0]["batch_windows_trained"] if part else 0
 
     return {
-        "base_rows_per_s": args.base, "factor": args.factor, "surge_s": [phases[0], phases[1]],
+        "bench": "surge", "base_rows_per_s": args.base, "factor": args.factor, "surge_s": [phases[0], phases[1]],
         "lag_before_max": base_lag, "lag_peak": peak["lag_rows"], "lag_peak_t": peak["t"],
         "drained_at_t": drained, "drain_s": round(drained - phases[1], 1) if drained is not None else None,
         "lag_end": rows[-1]["lag_rows"], "produced": rows[-1]["produced"],
