@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import socket
+import threading
 import uuid
 from datetime import timedelta
 
@@ -202,3 +205,75 @@ def test_any_split_size_reads_every_row_group_exactly_once(tmp_path):
         assert got == ids
 
     check()
+
+
+def test_pipelined_webhdfs_listings_answer_each_directory_in_order(hdfs_cluster):
+    from fsspec.implementations.webhdfs import WebHDFS
+
+    from primus_lib.data.dtgg.webhdfs import PIPELINE, WebHdfsLister
+
+    base = f"/dtgg-pipe-{uuid.uuid4().hex[:8]}"
+    wanted, expected = [], {}
+    for i in range(PIPELINE + 8):  # more than one pipelined batch, absent directories in between
+        directory = f"{base}/day {i:02d}/"
+        wanted.append(directory)
+        if i % 4 == 3:
+            expected[directory] = None
+            continue
+        hdfs_cluster.mkdir(directory)
+        expected[directory] = []
+        if i % 5 == 0:
+            hdfs_cluster.write_bytes(f"{directory}part 0%.parquet", b"abc")
+            hdfs_cluster.mkdir(f"{directory}_temporary/0")  # a subdirectory is not a file
+            expected[directory] = [FileEntry("part 0%.parquet", 3)]
+    lister = WebHdfsLister(hdfs_cluster.filesystem())
+    assert lister.list_dirs(wanted) == expected
+    assert lister.list_dir(wanted[0]) == expected[wanted[0]]  # the kept-alive connection again
+    # A connection cut after ~1.5 KB of answers (mid-answer): the unanswered rest is resent.
+    cutter = _CuttingProxy(hdfs_cluster.port, after=1500)
+    try:
+        cut = WebHdfsLister(WebHDFS(hdfs_cluster.host, port=cutter.port, user=hdfs_cluster.user))
+        assert cut.list_dirs(wanted) == expected
+        assert cutter.connections > 2
+    finally:
+        cutter.close()
+
+
+class _CuttingProxy:
+    """A TCP proxy to a real server that closes each connection after ``after`` answer bytes."""
+
+    def __init__(self, upstream: int, after: int):
+        self.upstream, self.after, self.connections = upstream, after, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, self.after), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        try:
+            while data := src.recv(65536 if limit is None else limit):
+                dst.sendall(data)
+                if limit is not None:
+                    limit -= len(data)
+                    if limit <= 0:
+                        break
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self.server.close()

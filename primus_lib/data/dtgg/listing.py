@@ -6,8 +6,8 @@ of a planning chunk are grouped by filesystem; from their common parent down, su
 wanted partition lies under are pruned (a non-recursive listing per level), and each directory
 that holds wanted partitions is listed once, recursively, the walks running concurrently; the
 files are bucketed by directory. WebHDFS has no recursive listing: there each wanted
-directory is listed once, concurrently (``webhdfs.py``). (The cache of generated task lists is the
-ledger: a planned window is never listed again.)
+directory is listed once, the requests pipelined on a few connections (``webhdfs.py``). (The
+cache of generated task lists is the ledger: a planned window is never listed again.)
 """
 
 from __future__ import annotations
@@ -84,21 +84,21 @@ class FusedLister:
         return lister
 
     def _list_each(self, hdfs, targets: list[str], listing: Listing) -> Listing:
-        """Each wanted directory listed once, ``threads`` at a time; absent ones stay absent."""
-
-        def one(directory: str):
-            with self._lock:
-                self.requests += 1
-            return directory, hdfs.list_dir(directory)
-
-        if self.threads == 1 or len(targets) == 1:
-            results = [one(d) for d in targets]
+        """Each wanted directory listed once: ``threads`` connections, each pipelining a
+        contiguous share of the directories; absent ones stay absent."""
+        with self._lock:
+            self.requests += len(targets)
+        n = min(self.threads, len(targets))
+        shares = [targets[i * len(targets) // n : (i + 1) * len(targets) // n] for i in range(n)]
+        if n == 1:
+            results = [hdfs.list_dirs(targets)]
         else:
-            with ThreadPoolExecutor(min(self.threads, len(targets)), thread_name_prefix="dtgg-list") as pool:
-                results = list(pool.map(one, targets))
-        for directory, entries in results:
-            if entries is not None:
-                listing.dirs[directory].extend(entries)
+            with ThreadPoolExecutor(n, thread_name_prefix="dtgg-list") as pool:
+                results = list(pool.map(hdfs.list_dirs, shares))
+        for found in results:
+            for directory, entries in found.items():
+                if entries is not None:
+                    listing.dirs[directory].extend(entries)
         listing.requests = self.requests
         return listing
 
