@@ -48,6 +48,13 @@ class ModelSpec(SpecModel):
         description="MTRM's delayed-feedback correction of the stream (real-time) label on the adapt tower "
         "(docs/training.md).",
     )
+    batch_embedding_scale: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="MTRM: batch steps' gradient on the shared embeddings is scaled by this (the value seen is "
+        "unchanged; 1: as the stream's; docs/training.md).",
+    )
     complete_label_pass: bool = Field(
         False,
         description="MTRM: batch rows (complete labels) also train the adapt tower's weights, embeddings and "

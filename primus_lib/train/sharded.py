@@ -198,6 +198,8 @@ class ShardedStepper:
             raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend and "
                                       "complete_label_pass need the replicated Stepper")  # fmt: skip
         self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"
+        both = self.embedding_updates == "both"  # one kind alone moving the tables: Adagrad is scale-free
+        self.batch_emb_scale = spec.model.batch_embedding_scale if modes.two_towers(self.mode) and both else 1.0
         self.completeness = delayed.Completeness()  # not checkpointed here: re-estimated after a resume
         lr = learning_rate or spec.training.learning_rate
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
@@ -270,6 +272,8 @@ class ShardedStepper:
         emb = self.model.embed(sparse)
         if not self.updates_embeddings(kind):
             emb = emb.detach()  # no gradient reaches the tables: the fused optimizer does not run
+        elif kind == "batch" and self.batch_emb_scale != 1.0:  # as in Stepper.tower_inputs
+            emb = emb * self.batch_emb_scale + emb.detach() * (1.0 - self.batch_emb_scale)
         x = self.model.inputs(emb, dense)
         if self.correction != "none":  # every rank the same c: the global minibatch's clicks
             clicks, rows = group.sum([float(labels.sum()) if real else 0.0, float(batch.size) if real else 0.0])
