@@ -16,7 +16,9 @@ headline ratios (ours / theirs, rows per second); CPU seconds and per-stage wall
 (ours: read_decode, stage, metrics summed over the task runners, then read, join, shuffle,
 commit) are extra figures, as are the
 costs of the guarantees measured on the committed window (``guarantees_s``: IPC encoding,
-sha256 vs crc32, write without and with fsync). Prints one JSON line last.
+sha256 vs crc32, write without and with fsync; from ours' best run the staging round trip and the
+per-task scaler metrics; and what 16 one-task processes would add entering their own allotment).
+Prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -231,6 +233,18 @@ def guarantees(table: pa.Table, out: Path) -> dict[str, float]:
     return costs
 
 
+def allotment_cost(job, tasks: int) -> float:
+    """Seconds ``tasks`` un-nested ``enforced`` blocks take: a task run as its own process (one
+    mapped Airflow task) enters the allotment itself, whose memory guard lists the process tree
+    (psutil); the BatchExecutor (and ``ours``) enters it once for all its tasks."""
+    limits = Limits.for_role(job, EXECUTOR_ROLE)
+    began = time.perf_counter()
+    for i in range(tasks):
+        with enforced(limits, f"bench task {i}"):
+            pass
+    return round(time.perf_counter() - began, 4)
+
+
 def measure(threads: int) -> dict:
     """All contenders with ``threads`` threads each, in this process."""
     pa.set_cpu_count(threads)
@@ -258,13 +272,18 @@ def measure(threads: int) -> dict:
             runs["duckdb"].append(clock)
         table = read_window(JobPaths.for_job(job).window_dir("history", T0))
         best = {k: min(c.wall for c in v) for k, v in runs.items()}
+        costs = guarantees(table, work / "guarantees")
+        stages = min(runs["ours"], key=lambda c: c.wall).stages
+        costs["staging"] = round(stages["stage"] + stages["read"], 4)  # IPC write + crc32 + rename, read back
+        costs["task_metrics"] = round(stages["metrics"], 4)  # 16 tasks' scaler snapshots
+        costs["task_allotment"] = allotment_cost(job, 16)  # what 16 one-task processes would add
         return {
             "rows": rows, "threads": threads,
             "rate": {k: rows / v for k, v in best.items()}, "wall_s": best,
             "cpu_s": {k: min(c.cpu for c in v) for k, v in runs.items()},
             "stages_s": {k: {s: round(t, 3) for s, t in min(v, key=lambda c: c.wall).stages.items()}
                          for k, v in runs.items()},
-            "guarantees_s": guarantees(table, work / "guarantees"),
+            "guarantees_s": costs,
             "clicked_rows": float(pa.compute.sum(table.column("clicked")).as_py()),
         }  # fmt: skip
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +70,57 @@ def ipc_bytes(table: pa.Table) -> pa.Buffer:
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue()
+
+
+class _Digesting:
+    """A write-only file for ``pa.PythonFile``: every buffer the IPC writer emits goes to the file
+    and to ``digest`` (no whole-file copy in memory; hashlib and the write release the GIL)."""
+
+    closed = False
+
+    def __init__(self, handle, digest) -> None:
+        self.handle, self.digest, self.size = handle, digest, 0
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        view = memoryview(data).cast("B")
+        size = len(view)
+        while view:  # an unbuffered write may take less than asked
+            view = view[self.handle.write(view) :]
+        self.size += size
+        return size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def write_ipc_digest(path: Path, table: pa.Table, digest) -> int:
+    """Write ``table`` as an Arrow IPC file (the bytes ``ipc_bytes`` makes, not fsynced), streaming
+    the buffers into ``digest`` (a hashlib object or ``Crc32``) as they are written; returns the size.
+    One copy fewer than ``ipc_bytes`` + write: 7 ms per 1 M rows (bench/executor.py)."""
+    import pyarrow as pa
+
+    with naming(path), open(path, "wb", buffering=0) as handle:
+        sink = _Digesting(handle, digest)
+        with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, table.schema) as writer:
+            writer.write_table(table)
+    return sink.size
+
+
+class Crc32:
+    """zlib.crc32 with hashlib's ``update``/``hexdigest``."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def update(self, data) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+    def hexdigest(self) -> str:
+        return f"{self.value:08x}"
 
 
 def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:

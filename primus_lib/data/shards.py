@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from primus_lib.durable import fsync_path, ipc_bytes, naming
+from primus_lib.durable import fsync_path, ipc_bytes, write_ipc_digest
 from primus_lib.storage import StorageLocation, locate, unique_name
 
 MANIFEST = "manifest.json"
@@ -126,10 +126,9 @@ def _map(fn, items: list) -> list:
 def _write_local(staging: Path, index: int, part: pa.Table) -> ShardInfo:
     """One shard's bytes written (not yet fsynced: the caller does) and described."""
     name = f"part-{index:05d}.arrow"
-    data = ipc_bytes(part)
-    with naming(staging / name), open(staging / name, "wb") as handle:
-        handle.write(data)
-    return ShardInfo(name, part.num_rows, hashlib.sha256(data).hexdigest(), data.size)
+    digest = hashlib.sha256()
+    size = write_ipc_digest(staging / name, part, digest)  # the bytes of ipc_bytes(part), hashed as written
+    return ShardInfo(name, part.num_rows, digest.hexdigest(), size)
 
 
 def _write_remote(directory: StorageLocation, table: pa.Table, stream: str, window: str, seed: int,

@@ -140,3 +140,41 @@ def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, 
     table = read_window(JobPaths.for_job(job).window_dir("history", T0))
     assert manifest.rows == 300 * files and table.equals(expected)
     assert table.column("clicked").null_count == 0 and 0 < pa.compute.sum(table.column("clicked")).as_py() < 300 * files
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.parametrize("sample_id", [None, "request_id"])
+def test_the_left_side_gathered_during_the_join_gives_the_one_thread_bytes(tmp_path, repeat, sample_id):
+    """With 2 threads the left side is cleaned, permuted and gathered while the join probes the
+    clicks: late rows are dropped the same way, and a repeated matched click (the general join,
+    the early work thrown away) still commits the bytes of a 1-thread run."""
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    write_layout(data, hours=1, rows=300, files=1)
+    hour = f"{T0:%Y%m%d}/{T0:%H}/part-000.parquet"
+    imp = pq.read_table(data / "impressions" / hour)
+    ts = imp.column("ts").to_numpy().copy()
+    ts[-5:] += 7_200_000  # the last five rows two hours late (the repeated click is an early one)
+    pq.write_table(imp.set_column(imp.schema.get_field_index("ts"), "ts", pa.array(ts)), data / "impressions" / hour)
+    if repeat:
+        clk = pq.read_table(data / "clicks" / hour)
+        pq.write_table(pa.concat_tables([clk, clk.slice(0, 1)]), data / "clicks" / hour)
+    doc = job_doc(f"file://{data}", hours=1)
+    doc["spec"]["features"]["id"] = sample_id
+    runs = {}
+    for threads in (1, 2):
+        job = make_job(doc, tmp_path / f"j{threads}")
+        saved = pa.cpu_count()
+        pa.set_cpu_count(threads)
+        try:
+            for source in ("impressions", "clicks"):
+                for task in plan_source(job, "history", source, T0):
+                    execute_task(job, task)
+            manifest = join_window(job, "history", T0)
+        finally:
+            pa.set_cpu_count(saved)
+        runs[threads] = ([s.sha256 for s in manifest.shards], manifest.rows, manifest.extra["dropped"])
+    expected = {"outside_window": 5, **({"duplicate_id": 1} if repeat and sample_id else {})}
+    assert runs[1] == runs[2] and runs[1][2] == expected
+    assert runs[1][1] == 295 + (1 if repeat and not sample_id else 0)

@@ -24,7 +24,7 @@ import pyarrow as pa
 from primus_lib.data.executor.metrics import TaskMetrics
 from primus_lib.data.sources.files import read_task
 from primus_lib.data.task import DataTask
-from primus_lib.durable import ipc_bytes, naming
+from primus_lib.durable import Crc32, ipc_bytes, write_ipc_digest
 from primus_lib.paths import JobPaths
 from primus_lib.resources.limits import Limits, enforced
 from primus_lib.spec.job import PrimusJob
@@ -92,10 +92,9 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
         try:
-            data = ipc_bytes(table)
-            with naming(tmp), open(tmp, "wb") as handle:  # not fsynced: an intermediate (see above)
-                handle.write(data)
-            digest = checksum(data)
+            crc = Crc32()
+            write_ipc_digest(tmp, table, crc)  # not fsynced: an intermediate (see above)
+            digest = f"crc32:{crc.hexdigest()}"  # == checksum(the file's bytes)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
