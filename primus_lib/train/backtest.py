@@ -63,12 +63,7 @@ class RunConfig:
     prio: float | None = None  # stream weight (batch weight 1)
     corr: str | None = None  # MTRM's stream_correction (none | likelihood | soft)
     second: bool | None = None  # MTRM's complete_label_pass
-    tables: str | None = None  # MTRM's embedding_tables (shared | per_tower)
     bemb: float | None = None  # MTRM's batch_embedding_scale
-    alr: float | None = None  # MTRM's adapt tower learning rate
-    auxdrop: float = 0.0  # h_aux dropout while training
-    fresh: float | None = None  # MTRM's fresh_row_scale
-    ema: float | None = None  # MTRM: serve an exponential average of the adapt tower's weights
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -92,12 +87,7 @@ class RunConfig:
                 "flush": lambda v: v in ("1", "true", "yes"),
                 "corr": str,
                 "second": lambda v: v in ("1", "true", "yes"),
-                "tables": str,
                 "bemb": float,
-                "alr": float,
-                "auxdrop": float,
-                "fresh": float,
-                "ema": float,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -163,7 +153,7 @@ def run_one(
     stepper = Stepper(
         job,
         mode=config.mode,
-        options=ModelOptions(aux=config.aux, adapt_residual=config.residual, aux_dropout=config.auxdrop),
+        options=ModelOptions(aux=config.aux, adapt_residual=config.residual),
         embedding_updates=config.emb,
         serve=config.serve,
         learning_rate=config.lr,
@@ -171,11 +161,7 @@ def run_one(
         seed=seed,
         stream_correction=config.corr,
         complete_label_pass=config.second,
-        embedding_tables=config.tables,
         batch_embedding_scale=config.bemb,
-        adapt_learning_rate=config.alr,
-        fresh_row_scale=config.fresh,
-        adapt_average=config.ema,
     )
     global _STORE
     if store is None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -101,33 +100,3 @@ def stream_loss(
     if correction == "none":
         return F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
     raise ValueError(f"stream_correction: expected one of {CORRECTIONS}, got {correction!r}")
-
-
-class RowRecency:
-    """When the stream last updated each embedding row (the newest event time of a stream
-    minibatch that held its id). A batch row arrives a day after its impression: an embedding
-    row the stream updated since then already holds newer information than its gradient."""
-
-    def __init__(self, buckets: dict[str, int]):
-        self.last = {key: np.full(n, np.iinfo(np.int64).min, np.int64) for key, n in buckets.items()}
-
-    def _ids(self, sparse, i: int, key: str, rows: int) -> np.ndarray:
-        return sparse.values()[i * rows : (i + 1) * rows].numpy() % len(self.last[key])
-
-    def seen(self, sparse, ts: np.ndarray) -> None:
-        """A stream minibatch updated the rows of its ids."""
-        rows = len(ts)
-        for i, key in enumerate(self.last):
-            np.maximum.at(self.last[key], self._ids(sparse, i, key, rows), ts)
-
-    def fresh(self, sparse, ts: np.ndarray) -> torch.Tensor:
-        """[rows, features]: whether the stream updated the row's id of each feature after ``ts``."""
-        rows = len(ts)
-        cols = [self.last[key][self._ids(sparse, i, key, rows)] > ts for i, key in enumerate(self.last)]
-        return torch.from_numpy(np.stack(cols, axis=1))
-
-    def state_dict(self) -> dict:
-        return {key: torch.from_numpy(last.copy()) for key, last in self.last.items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last = {key: np.asarray(state[key], dtype=np.int64).copy() for key in self.last}

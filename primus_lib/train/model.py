@@ -8,8 +8,7 @@ is fitted on complete labels (batch steps, detached logits), so it calibrates wi
 either tower. Single-tower modes use the memory
 tower alone. Embeddings are a TorchRec (Fused)EmbeddingBagCollection whose row-wise
 Adagrad update runs inside backward: a minibatch kind that must not update the embeddings
-detaches them, so no gradient (and no update) reaches the tables. ``tables="per_tower"``
-(an eval ablation, measured and not adopted) gives the adapt tower its own tables.
+detaches them, so no gradient (and no update) reaches the tables.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ class ModelOptions:
     fused: bool = True  # FusedEmbeddingBagCollection (single process); False: EBC for DMP sharding
     replicated: bool = False  # plain CPU EBC, dense gradients all-reduced, RowWiseAdagrad stepped by the Stepper
     blend: bool = False  # a serving head over both towers' logits (spec.model.serve "blend")
-    aux_dropout: float = 0.0  # training: h_aux is zeroed on this share of rows
-    tables: str = "shared"  # spec.model.embedding_tables: "per_tower" gives the adapt tower its own tables
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -98,13 +95,6 @@ class TwoTowerModel(nn.Module):
         self.memory = mlp([width, *spec.memory_tower])
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)
         self.two_towers = two_towers
-        self.per_tower = two_towers and self.options.tables == "per_tower"
-        if self.options.tables not in ("shared", "per_tower"):
-            raise ValueError(f"embedding_tables: expected shared|per_tower, got {self.options.tables!r}")
-        if self.per_tower:
-            if not self.options.fused or self.options.replicated:
-                raise ValueError("embedding_tables per_tower: only with the single-process fused embeddings")
-            self.adapt_embeddings = build_embeddings(features, spec.embedding_dim, sparse_lr, True)
         if two_towers:
             aux = {"hidden+logit": spec.memory_tower[-1] + 1, "logit": 1, "hidden": spec.memory_tower[-1], "none": 0}
             if self.options.aux not in aux:
@@ -117,9 +107,8 @@ class TwoTowerModel(nn.Module):
                     self.blend.weight.copy_(torch.tensor([[1.0, 0.0]]))
                     self.blend.bias.zero_()
 
-    def embed(self, sparse: KeyedJaggedTensor, tower: str = "memory") -> torch.Tensor:
-        """Pooled embeddings of ``tower``'s tables (the shared ones unless ``per_tower``)."""
-        pooled = (self.adapt_embeddings if tower == "adapt" and self.per_tower else self.embeddings)(sparse)
+    def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        pooled = self.embeddings(sparse)
         return torch.cat([pooled[k] for k in self.keys], dim=1)
 
     def inputs(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
@@ -131,17 +120,13 @@ class TwoTowerModel(nn.Module):
         hidden = self.memory(x)
         return self.memory_head(hidden).squeeze(1), hidden
 
-    def adapt_forward(self, x: torch.Tensor, x_memory: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Adapt logit and the (gradient-free) memory logit it was built on (``x_memory``: the
-        memory tower's inputs when the towers have their own tables; default ``x``)."""
+    def adapt_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adapt logit and the (gradient-free) memory logit it was built on."""
         with torch.no_grad():
-            m_logit, m_hidden = self.memory_forward((x if x_memory is None else x_memory).detach())
+            m_logit, m_hidden = self.memory_forward(x.detach())
         parts = {"hidden+logit": [m_hidden, m_logit[:, None]], "logit": [m_logit[:, None]], "hidden": [m_hidden],
                  "none": []}  # fmt: skip
         h_aux = parts[self.options.aux]
-        if self.training and self.options.aux_dropout > 0 and h_aux:
-            keep = (torch.rand(x.shape[0], 1) >= self.options.aux_dropout).to(x.dtype)
-            h_aux = [h * keep for h in h_aux]
         logit = self.adapt_head(self.adapt(torch.cat([x, *h_aux], dim=1))).squeeze(1)
         if self.options.adapt_residual:
             logit = logit + m_logit

@@ -58,11 +58,7 @@ class Stepper:
         seed: int | None = None,
         stream_correction: str | None = None,
         complete_label_pass: bool | None = None,
-        embedding_tables: str | None = None,
         batch_embedding_scale: float | None = None,
-        adapt_learning_rate: float | None = None,
-        fresh_row_scale: float | None = None,
-        adapt_average: float | None = None,
     ):
         spec = job.spec
         self.mode = mode or spec.training.mode
@@ -77,20 +73,11 @@ class Stepper:
         self.blending = two and modes.served_output(self.mode, self.serve) == "blend"
         if self.blending:
             options = replace(options or ModelOptions(), blend=True)
-        tables = embedding_tables or "shared"  # eval ablations (tables=, fresh=): measured, not in the spec
-        if two and tables != "shared":
-            options = replace(options or ModelOptions(), tables=tables)
-        # the spec's value is MTRM's; an explicit one (an eval ablation) applies to any mode
+        # the spec's value is MTRM's; an explicit one (eval's bemb=) applies to any mode
         spec_scale = spec.model.batch_embedding_scale if two else 1.0
         self.batch_emb_scale = spec_scale if batch_embedding_scale is None else batch_embedding_scale
         if not (self.updates_embeddings("batch") and self.updates_embeddings("stream")):
             self.batch_emb_scale = 1.0  # one kind alone moves the tables: row-wise Adagrad is scale-free
-        self.fresh_scale = fresh_row_scale if two else None
-        self.average = adapt_average if two else None  # eval ablation: serve an EMA of the adapt tower
-        self.shadow: list[torch.Tensor] | None = None
-        self.recency = None
-        if self.fresh_scale is not None:
-            self.recency = delayed.RowRecency({f.name: f.buckets for f in spec.features.sparse})
         self.completeness = delayed.Completeness()
         lr = learning_rate or spec.training.learning_rate
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
@@ -102,7 +89,7 @@ class Stepper:
             "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
         }
         if modes.two_towers(self.mode):
-            self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=adapt_learning_rate or lr)
+            self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
         if self.blending:
             self.optimizers["serve"] = torch.optim.Adam(self.model.blend_parameters(), lr=lr)
         self.loss_fn = nn.BCEWithLogitsLoss()
@@ -123,10 +110,10 @@ class Stepper:
         graph = self.graph_for(kind)
         if not self.model.training:  # train() walks every module: only after predict()
             self.model.train()
-        x, x_memory = self.tower_inputs(kind, graph, batch)
+        x = self.tower_inputs(kind, batch)
         if self.correction != "none":
             self.completeness.update(kind, batch.labels)
-        per_row, logit = self.forward_loss(kind, graph, x, batch, x_memory)
+        per_row, logit = self.forward_loss(kind, graph, x, batch.labels)
         loss = per_row.mean()
         optimizers = self.stepped(kind, graph)
         for optimizer in optimizers:
@@ -134,63 +121,23 @@ class Stepper:
         loss.backward()  # the fused row-wise Adagrad updates the touched embedding rows here
         for optimizer in optimizers:
             optimizer.step()
-        if graph == "adapt" and self.average:
-            self.update_average()
         return StepResult(graph, float(loss.detach()), torch.sigmoid(logit.detach()).numpy())
 
-    @torch.no_grad()
-    def update_average(self) -> None:
-        params = self.model.adapt_parameters()
-        if self.shadow is None:
-            self.shadow = [p.detach().clone() for p in params]
-            return
-        for avg, p in zip(self.shadow, params, strict=True):
-            avg.mul_(self.average).add_(p.detach(), alpha=1.0 - self.average)
-
-    def tower_inputs(self, kind: str, graph: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``graph``'s inputs, and the memory tower's when they differ (``per_tower`` tables).
-        Shared tables: a kind that must not update them detaches them; batch steps scale their
-        gradient by ``batch_embedding_scale`` (the value is unchanged). Per-tower tables: each
-        tower's tables move only with its own steps."""
-        if self.model.per_tower:
-            x = self.model.inputs(self.model.embed(batch.sparse, graph), batch.dense)
-            if graph == "memory":
-                return x, None
-            with torch.no_grad():
-                return x, self.model.inputs(self.model.embed(batch.sparse, "memory"), batch.dense)
+    def tower_inputs(self, kind: str, batch: Batch) -> torch.Tensor:
+        """The towers' inputs: a kind that must not update the tables detaches them; batch steps
+        scale their gradient by ``batch_embedding_scale`` (the value is unchanged)."""
         emb = self.model.embed(batch.sparse)
         if not self.updates_embeddings(kind):
             emb = emb.detach()
-        elif kind == "batch" and (self.batch_emb_scale != 1.0 or self.recency is not None):
-            scale = self.batch_scale(batch, emb.shape[1] // len(self.model.keys))
-            emb = emb * scale + emb.detach() * (1.0 - scale)
-        if kind == "stream" and self.recency is not None:
-            self.recency.seen(batch.sparse, batch.ts)
-        return self.model.inputs(emb, batch.dense), None
+        elif kind == "batch" and self.batch_emb_scale != 1.0:
+            emb = emb * self.batch_emb_scale + emb.detach() * (1.0 - self.batch_emb_scale)
+        return self.model.inputs(emb, batch.dense)
 
-    def batch_scale(self, batch: Batch, dim: int) -> torch.Tensor | float:
-        """The factor on a batch step's embedding gradient, per row and feature: ``fresh_row_scale``
-        where the stream updated the id's row after the batch row's impression, else
-        ``batch_embedding_scale``."""
-        if self.recency is None:
-            return self.batch_emb_scale
-        fresh = self.recency.fresh(batch.sparse, batch.ts)
-        scale = torch.where(fresh, self.fresh_scale, self.batch_emb_scale).to(torch.float32)
-        return scale.repeat_interleave(dim, dim=1)
-
-    def adapt_inputs(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """The adapt tower's inputs on a batch step (detached: batch rows never move its tables)."""
-        if not self.model.per_tower:
-            return x.detach()
-        with torch.no_grad():
-            return self.model.inputs(self.model.embed(batch.sparse, "adapt"), batch.dense)
-
-    def forward_loss(self, kind: str, graph: str, x: torch.Tensor, batch: Batch, x_memory: torch.Tensor | None = None):
+    def forward_loss(self, kind: str, graph: str, x: torch.Tensor, labels: torch.Tensor):
         """Per-row loss of ``graph`` on ``x`` and its logit: the stream correction on the adapt
         tower, plus the blend head's BCE on batch steps when serving the blend."""
-        labels = batch.labels
         if graph == "adapt":
-            logit, memory_logit = self.model.adapt_forward(x, x_memory)
+            logit, memory_logit = self.model.adapt_forward(x)
             c = self.completeness.value
             return delayed.stream_loss(self.correction, logit, labels, c, memory_logit), logit
         logit = self.model.memory_forward(x)[0]
@@ -198,11 +145,11 @@ class Stepper:
         if kind != "batch" or not (self.blending or self.second_pass):
             return per_row, logit
         if self.second_pass:  # the complete labels through the served path: the adapt tower's weights only
-            adapt_logit = self.model.adapt_forward(self.adapt_inputs(x, batch), x.detach())[0]
+            adapt_logit = self.model.adapt_forward(x.detach())[0]
             per_row = per_row + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
         else:
             with torch.no_grad():
-                adapt_logit = self.model.adapt_forward(self.adapt_inputs(x, batch), x.detach())[0]
+                adapt_logit = self.model.adapt_forward(x.detach())[0]
         if self.blending:
             served = self.model.blend_logit(adapt_logit, logit)
             per_row = per_row + F.binary_cross_entropy_with_logits(served, labels, reduction="none")
@@ -239,8 +186,8 @@ class Stepper:
             clicks, rows = group.sum([local[0], float(local[1])])
             self.completeness.add(kind, clicks, int(rows))
         if batch is not None and batch.size:
-            x, x_memory = self.tower_inputs(kind, graph, batch)
-            per_row, logit = self.forward_loss(kind, graph, x, batch, x_memory)
+            x = self.tower_inputs(kind, batch)
+            per_row, logit = self.forward_loss(kind, graph, x, batch.labels)
             loss_sum = per_row.sum()
             (loss_sum / global_rows).backward()
             result = StepResult(graph, float(loss_sum.detach()) / batch.size, torch.sigmoid(logit.detach()).numpy())
@@ -256,22 +203,11 @@ class Stepper:
         """The served probability (``output`` overrides: "memory" | "adapt")."""
         self.model.eval()
         x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
-        x_adapt = self.model.inputs(self.model.embed(batch.sparse, "adapt"), batch.dense) if self.model.per_tower else x
         output = output or modes.served_output(self.mode, self.serve)
         if output == "blend":
-            logit = self.model.blend_logit(*self.model.adapt_forward(x_adapt, x))
-        elif output == "adapt" and self.shadow is not None:
-            params = self.model.adapt_parameters()
-            live = [p.detach().clone() for p in params]
-            for p, avg in zip(params, self.shadow, strict=True):
-                p.copy_(avg)
-            logit = self.model.adapt_forward(x_adapt, x)[0]
-            for p, value in zip(params, live, strict=True):
-                p.copy_(value)
-        elif output == "adapt":
-            logit = self.model.adapt_forward(x_adapt, x)[0]
+            logit = self.model.blend_logit(*self.model.adapt_forward(x))
         else:
-            logit = self.model.memory_forward(x)[0]
+            logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
         return torch.sigmoid(logit).numpy()
 
     # -- checkpoint state ---------------------------------------------------------------
@@ -280,9 +216,7 @@ class Stepper:
             "model": self.model.state_dict(),
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "sparse_optimizer": self.sparse_optimizer().state_dict(),
-            **({"adapt_sparse_optimizer": self.adapt_sparse_optimizer().state_dict()} if self.model.per_tower else {}),
             "completeness": self.completeness.state_dict(),
-            **({"recency": self.recency.state_dict()} if self.recency is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -290,12 +224,8 @@ class Stepper:
         for name, opt in self.optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
-        if self.model.per_tower:
-            self.adapt_sparse_optimizer().load_state_dict(state["adapt_sparse_optimizer"])
         if "completeness" in state:  # checkpoints from before the stream correction have none
             self.completeness.load_state_dict(state["completeness"])
-        if self.recency is not None and "recency" in state:
-            self.recency.load_state_dict(state["recency"])
 
     def sparse_optimizer(self):
         if self.sparse is not None:
@@ -305,7 +235,3 @@ class Stepper:
             return emb.fused_optimizer()
 
         raise NotImplementedError("sparse optimizer state of a non-fused EBC comes from DMP's fused_optimizer")
-
-    def adapt_sparse_optimizer(self):
-        """The adapt tower's own tables' row-wise Adagrad (``embedding_tables: per_tower``)."""
-        return self.model.adapt_embeddings.fused_optimizer()
