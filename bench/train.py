@@ -2,7 +2,9 @@
 trainer waits on its input (reader samples/s vs consumption, wait fraction), and `primus
 train` against a bare TorchRec loop: the trainer's own model step (``Stepper``: the same model
 classes, optimizers and losses) called in a plain loop over the same rows, as minibatches built
-in memory beforehand, fresh for each run (the floor of the input pipeline).
+in memory beforehand, fresh for each run (the floor of the input pipeline). Neither builds
+minibatches on the training thread: the trainer's prefetch thread prepares them
+(``mtrm_prepared_fraction``: the share of its minibatches that were ready when served).
 
 Figures: wall-clock ratios (``ratio_vs_bare_torchrec``, best of three each, and each pair's),
 and per CPU second of the training thread (``..._thread_cpu``: on a shared machine the least
@@ -60,10 +62,19 @@ class TimedTrainer(Trainer):
     checkpoint_s = 0.0  # on the training thread: the snapshot and copy, a wait for a write in flight
     write_s = 0.0  # writing checkpoints (the writer thread, while training goes on)
     saves = 0
+    prepared = served = 0  # minibatches served, and those the prefetch thread had prepared
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        save = self.coordinator.save
+        save, take = self.coordinator.save, self.reader.take
+
+        def counted_take(name: str, n: int):
+            got = take(name, n)
+            self.served += 1
+            self.prepared += got[1] is not None
+            return got
+
+        self.reader.take = counted_take
 
         def timed_save(snapshot, stepper) -> None:
             began = time.perf_counter()
@@ -154,6 +165,7 @@ def trainer_run(job, events, mode: str, home: Path) -> dict:
         "total_s": total,
         "checkpoints": trainer.saves,
         "windows_consumed": len(trainer.windows.consumed),
+        "prepared_fraction": trainer.prepared / max(1, trainer.served),
     }
 
 
@@ -268,6 +280,7 @@ def main() -> None:
         "mtrm_samples_per_cpu_s": round(runs["mtrm"]["samples_per_cpu_s"]),
         "bare_torchrec_samples_per_cpu_s": round(bare["mtrm"][1]),
         "input_wait": round(runs["mtrm"]["wait_fraction"], 4),
+        "mtrm_prepared_fraction": round(runs["mtrm"]["prepared_fraction"], 3),
         "mtrm_checkpoint_fraction": round(runs["mtrm"]["checkpoint_s"] / runs["mtrm"]["total_s"], 3),
         "mtrm_checkpoint_write_fraction": round(runs["mtrm"]["write_s"] / runs["mtrm"]["total_s"], 3),
         "mtrm_checkpoint_ms": round(1000 * runs["mtrm"]["checkpoint_s"] / max(1, runs["mtrm"]["checkpoints"]), 1),

@@ -31,6 +31,16 @@ class Batch:
         return int(self.labels.shape[0])
 
 
+@dataclass
+class Prepared:
+    """A minibatch made ready by the prefetch thread: the step's input, the newest event time
+    (the lag gauge) and the rows by window (``WindowAccounting.parts``)."""
+
+    batch: Batch
+    newest_ms: int
+    parts: list
+
+
 def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column: str | None = None) -> Batch:
     """Build a :class:`Batch`; missing columns are an error that names them."""
     names = table.column_names

@@ -196,12 +196,18 @@ class Inputs:
             buffer = self.reader.buffers[name]
             if staged.chunks:
                 while staged.chunks:
-                    buffer.push(staged.chunks.popleft())
+                    buffer.push(staged.chunks.popleft().table)
                 self.reader.metrics.of(name)[0].set(buffer.rows)
             staged.rows = 0
             buffer.exhausted = staged.exhausted
             buffer.drained = staged.drained
         return started
+
+    def align(self) -> None:
+        """Cut the training buffers into minibatch pieces for the prefetch thread to prepare
+        (one process: minibatches are always served whole from a buffer's head)."""
+        for buffer in self.reader.buffers.values():
+            buffer.align = self.batch_size
 
     # -- state --------------------------------------------------------------------------
     def all_done(self) -> bool:

@@ -29,7 +29,7 @@ from primus_lib.paths import JobPaths, parse_window_id
 from primus_lib.progress import progress_key
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
-from primus_lib.train.batch import to_batch
+from primus_lib.train.batch import Prepared, to_batch
 from primus_lib.train.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
 from primus_lib.train.distributed import Group
 from primus_lib.train.feeds import stream_readers as choose_stream_readers
@@ -101,6 +101,10 @@ class Trainer:
         self.reader = self.inputs.reader
         self.windows = WindowAccounting(window_ms, stream_only=not self.batch_feeds, keep_raw=group.active)
         self.prefetch: Prefetcher | None = None
+        # one process: the prefetch thread prepares minibatches (a world's per-rank takes are not whole)
+        self.prepares = bool(options.prefetch) and type(self.coordinator) is SingleProcess
+        if self.prepares:
+            self.inputs.align()
         self.decision: Decision | None = None  # what the loop decided, for train_one
         self.step = 0
         self.last_checkpoint_step = -1
@@ -154,9 +158,12 @@ class Trainer:
         if not lock.acquire(blocking=not self.inputs.any_full()):
             return False
         try:
-            return self._transfer()
+            moved = self._transfer()
         finally:
             lock.release()
+        if moved and self.prepares:
+            self.prefetch.consumed()  # new minibatches to prepare
+        return moved
 
     def _transfer(self) -> bool:
         """Staged rows into the buffers, new batch windows into the accounting (lock held)."""
@@ -183,11 +190,14 @@ class Trainer:
         if decision.buffer is None:
             return False
         buffer = self.reader.buffers[decision.buffer]
-        rows = self.reader.serve(buffer.name, decision.take) if decision.take else None
+        rows, prepared = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
         if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
         ids = self.id_column if self.sample_log is not None else None  # row ids only feed the sample log
-        batch = to_batch(rows, self.features, ids) if rows is not None else None
+        if prepared is not None:
+            batch = prepared.batch
+        else:
+            batch = to_batch(rows, self.features, ids) if rows is not None else None
         result = self.coordinator.step(self.stepper, buffer.kind, batch, decision.global_rows)
         self.step += 1
         if batch is None or result is None:
@@ -195,10 +205,16 @@ class Trainer:
         labels = batch.labels.numpy()
         if self.input_metrics is not None:
             self.input_metrics.add_samples(len(labels))
-        self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs)
+        parts = prepared.parts if prepared is not None else None
+        self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs, parts)
         if batch.ids is not None:
             append_sample_log(self.sample_log, f"step {self.step} {buffer.name} {','.join(batch.ids)}")
         return True
+
+    def prepare(self, kind: str, rows) -> Prepared:
+        """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
+        batch = to_batch(rows, self.features, self.id_column if self.sample_log is not None else None)
+        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, rows, batch.ts))
 
     def until_reached(self) -> bool:
         until = self.options.until_window
@@ -286,7 +302,8 @@ class Trainer:
             self.restore()
             if self.options.prefetch:
                 self.prefetch = Prefetcher(self.inputs.read, self.inputs.lock, self.options.poll_interval,
-                                           full=self.inputs.queues_full)  # fmt: skip
+                                           full=self.inputs.queues_full,
+                                           prepare=self.reader.prepare_next(self.prepare) if self.prepares else None)  # fmt: skip
                 self.prefetch.start()
             try:
                 self.loop()

@@ -4,11 +4,16 @@ release the GIL).
 
 It wakes only when reading can do something: while every live buffer holds its read-ahead it
 sleeps until the trainer takes rows (``consumed``); a thread that polled every few ms would
-take the GIL from the training thread between its kernels for nothing."""
+take the GIL from the training thread between its kernels for nothing.
+
+It also prepares the minibatches the training buffers hold (``prepare``: Arrow rows into
+model tensors, their windows), so that the training thread only runs the step; it yields the
+GIL after each one, to take it from the training thread only while that runs kernels."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 FULL_WAIT = 0.25  # seconds a thread with full buffers sleeps unless woken (a bound, not a poll)
@@ -25,10 +30,12 @@ class Prefetcher:
         lock: threading.Lock,
         poll_interval: float,
         full: Callable[[], bool] | None = None,
+        prepare: Callable[[], bool] | None = None,
     ):
         self.read = read
         self.lock = lock
         self.full = full
+        self.prepare = prepare  # prepares one queued minibatch; False when none is queued
         self.backoff = max(0.002, min(poll_interval, 0.02))
         self.stopping = threading.Event()
         self.wanted = threading.Event()  # the trainer took rows: there may be room to read into
@@ -41,17 +48,22 @@ class Prefetcher:
     def _run(self) -> None:
         try:
             while not self.stopping.is_set():
+                self.wanted.clear()  # before reading: a wake while it reads or prepares is not lost
                 with self.lock:
                     arrived = self.read()
                     full = not arrived and self.full is not None and self.full()
-                if not arrived:  # nothing new (or buffers full): back off, never spin
+                prepared = False  # reading first: a wake (rows taken) interrupts preparing
+                while self.prepare is not None and not self.wanted.is_set() and self.prepare():
+                    prepared = True
+                    time.sleep(0)  # let the training thread have the GIL back between minibatches
+                if not (arrived or prepared):  # nothing new (or buffers full): back off, never spin
                     self.wanted.wait(FULL_WAIT if full else self.backoff)
-                    self.wanted.clear()
         except BaseException as exc:  # surfaced in the training thread by check()
             self.error = exc
 
     def consumed(self) -> None:
-        """The trainer took rows from a buffer below its read-ahead: read now."""
+        """The trainer took rows from a buffer below its read-ahead (read now), or moved rows
+        into its buffers (prepare them)."""
         self.wanted.set()
 
     def check(self) -> None:

@@ -16,6 +16,7 @@ the registry passed in.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -57,15 +58,35 @@ class ReaderMetrics:
         return got
 
 
-class Buffer:
-    """Rows of one data stream waiting to be trained, as Arrow tables in arrival order."""
+class Piece:
+    """Rows of a buffer. A full minibatch's piece may carry what the prefetch thread prepared
+    from its rows (``prepared``), so that the training thread only runs the step."""
 
-    def __init__(self, name: str, kind: str, weight: float, ts_column: str):
+    __slots__ = ("table", "prepared", "wanted")
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.prepared: object | None = None
+        self.wanted = True  # still in its buffer: worth preparing
+
+
+class Buffer:
+    """Rows of one data stream waiting to be trained, in arrival order.
+
+    With ``align`` (the minibatch size: the training buffers) rows are cut into pieces of one
+    minibatch each, counted from the head (minibatches are served from the head, a smaller one
+    only when it empties the buffer), and every full piece is queued in ``unbuilt`` for the
+    prefetch thread to prepare; the rows stay in the buffer (and in a checkpoint's pending rows)
+    until served."""
+
+    def __init__(self, name: str, kind: str, weight: float, ts_column: str, align: int = 0):
         self.name = name
         self.kind = kind
         self.weight = weight
         self.ts_column = ts_column
-        self.chunks: deque[pa.Table] = deque()
+        self.align = align
+        self.chunks: deque[Piece] = deque()
+        self.unbuilt: deque[Piece] = deque()  # full pieces to prepare (thread-safe appends/pops)
         self.rows = 0
         self.exhausted = False  # the source will add nothing more
         self.drained = False  # the source has nothing more now and every queued row's window is fully read
@@ -73,28 +94,61 @@ class Buffer:
     def push(self, table: pa.Table | pa.RecordBatch) -> None:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
-        if table.num_rows:
-            self.chunks.append(table)
-            self.rows += table.num_rows
+        if not table.num_rows:
+            return
+        self.rows += table.num_rows
+        size = self.align
+        if not size:
+            self.chunks.append(Piece(table))
+            return
+        if self.chunks and self.chunks[-1].table.num_rows < size:  # complete the partial tail
+            tail = self.chunks.pop()
+            table = pa.concat_tables([tail.table, table])
+        for start in range(0, table.num_rows, size):
+            piece = Piece(table.slice(start, size))
+            self.chunks.append(piece)
+            if piece.table.num_rows == size:
+                self.unbuilt.append(piece)
+
+    def take(self, n: int) -> tuple[pa.Table, object | None]:
+        """Pop ``n`` rows from the head, with what was prepared from exactly them (or None)."""
+        head = self.chunks[0] if self.chunks else None
+        if head is not None and head.table.num_rows == n:
+            self.chunks.popleft()
+            head.wanted = False
+            self.rows -= n
+            return head.table, head.prepared
+        return self.pop(n), None
 
     def pop(self, n: int) -> pa.Table:
         parts, need = [], n
         while need and self.chunks:
             head = self.chunks[0]
-            if head.num_rows <= need:
-                parts.append(self.chunks.popleft())
-                need -= head.num_rows
+            head.wanted = False
+            if head.table.num_rows <= need:
+                parts.append(self.chunks.popleft().table)
+                need -= head.table.num_rows
             else:
-                parts.append(head.slice(0, need))
-                self.chunks[0] = head.slice(need)
+                parts.append(head.table.slice(0, need))
+                self.chunks[0] = Piece(head.table.slice(need))  # off the minibatch grid: not prepared
                 need = 0
         taken = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         self.rows -= taken.num_rows
         return taken
 
+    def next_unbuilt(self) -> Piece | None:
+        """The oldest full piece still in the buffer and not prepared (the prefetch thread)."""
+        while True:
+            try:
+                piece = self.unbuilt.popleft()
+            except IndexError:
+                return None
+            if piece.wanted:
+                return piece
+
     def pending(self) -> pa.Table | None:
         """Everything queued (for the checkpoint), without removing it."""
-        return pa.concat_tables(list(self.chunks)) if self.chunks else None
+        return pa.concat_tables([p.table for p in self.chunks]) if self.chunks else None
 
     def full(self, batch_size: int) -> bool:
         """A full minibatch, or the remainder of a source that will add nothing more."""
@@ -142,16 +196,39 @@ class PriorityReader:
 
     def serve(self, name: str, n: int) -> pa.Table:
         """Pop ``n`` rows of buffer ``name`` (the data-parallel trainer decides which buffer)."""
+        return self.take(name, n)[0]
+
+    def take(self, name: str, n: int) -> tuple[pa.Table, object | None]:
+        """``serve``, with what the prefetch thread prepared from exactly these rows (or None)."""
         buffer = self.buffers[name]
-        rows = buffer.pop(n)
+        rows, prepared = buffer.take(n)
         self.served[buffer.name] += rows.num_rows
         rows_gauge, lag, served = self.metrics.of(buffer.name)
         served.inc(rows.num_rows)
         if rows.num_rows:
-            newest = rows.column(buffer.ts_column).to_numpy().max() / 1000.0
-            lag.set(self.clock() - float(newest))
+            newest = getattr(prepared, "newest_ms", None)
+            if newest is None:
+                newest = rows.column(buffer.ts_column).to_numpy().max()
+            lag.set(self.clock() - float(newest) / 1000.0)
         rows_gauge.set(buffer.rows)  # the only buffer this changed
-        return rows
+        return rows, prepared
+
+    def prepare_next(self, prepare: Callable[[str, pa.Table], object]) -> Callable[[], bool]:
+        """For the prefetch thread: prepare the oldest unprepared minibatch of each buffer with
+        ``prepare(kind, rows)``; False when there was none. A failure leaves the minibatch to the
+        training thread, which raises it."""
+
+        def step() -> bool:
+            found = False
+            for buffer in self.buffers.values():
+                piece = buffer.next_unbuilt()
+                if piece is not None:
+                    found = True
+                    with contextlib.suppress(Exception):
+                        piece.prepared = prepare(buffer.kind, piece.table)
+            return found
+
+        return step
 
     def observe(self) -> None:
         for buffer in self.buffers.values():

@@ -44,35 +44,45 @@ class WindowAccounting:
             if rows == 0:
                 self.window_done(window.seq)
 
-    def account(self, name: str, kind: str, rows: pa.Table, ts: np.ndarray, labels, probs) -> None:
-        """One trained minibatch: statistics per window, completion of batch windows."""
+    def parts(self, kind: str, rows: pa.Table, ts: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+        """A minibatch's rows by window: (queue seq or stream window number, mask or None for
+        all rows). A function of the rows alone, so the prefetch thread computes it ahead."""
+        keys = rows.column(SEQ_COLUMN).to_numpy() if kind == "batch" else ts // self.window_ms
+        first = int(keys[0])
+        # a minibatch rarely spans two windows: one statistics update then, no masks
+        if (keys == first).all():
+            return [(first, None)]
+        return [(int(k), keys == k) for k in sorted(set(keys.tolist()))]
+
+    def account(
+        self, name: str, kind: str, rows: pa.Table, ts: np.ndarray, labels, probs,
+        parts: list[tuple[int, np.ndarray | None]] | None = None,
+    ) -> None:  # fmt: skip
+        """One trained minibatch: statistics per window, completion of batch windows
+        (``parts``: ``self.parts`` of these rows, when computed ahead)."""
+        if parts is None:
+            parts = self.parts(kind, rows, ts)
         if kind == "batch":
-            seqs = rows.column(SEQ_COLUMN).to_numpy()
-            first = int(seqs[0])
-            # a minibatch rarely spans two windows: one statistics update then, no masks
-            parts = [(first, None)] if (seqs == first).all() else [(s, seqs == s) for s in set(seqs.tolist())]
             for seq, mask in parts:
                 entry = self.seq_rows[seq]
                 if mask is None:
                     self._stats(entry[0]).add(labels, probs)
-                    entry[2] += len(seqs)
+                    entry[2] += len(labels)
                 else:
                     self._stats(entry[0]).add(labels[mask], probs[mask])
                     entry[2] += int(mask.sum())
                 if entry[2] >= entry[1]:
                     self.window_done(seq)
             return
-        windows = ts // self.window_ms
-        oldest, newest = int(windows.min()), int(windows.max())
+        newest = parts[-1][0]  # ascending
         if self.stream_only and newest > self.stream_window:
             self.done_since_checkpoint |= self.stream_window >= 0
             self.stream_window = newest
-        if oldest == newest:
-            self._stats(self._stream_key(name, oldest)).add(labels, probs)
-            return
-        for w in set(windows.tolist()):
-            mask = windows == w
-            self._stats(self._stream_key(name, w)).add(labels[mask], probs[mask])
+        for window, mask in parts:
+            if mask is None:
+                self._stats(self._stream_key(name, window)).add(labels, probs)
+            else:
+                self._stats(self._stream_key(name, window)).add(labels[mask], probs[mask])
 
     def _stream_key(self, name: str, window: int) -> str:
         """``<stream>/<window-id>`` of window number ``window`` (cached: formatting a time every step costs)."""
