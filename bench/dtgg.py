@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -36,6 +35,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack.proc import port_free
+from devstack.tcp_proxy import TcpProxy
 from primus_lib.data.dtgg import Planner
 from primus_lib.data.dtgg.naive import naive_plan
 from primus_lib.spec.loader import job_from_document
@@ -184,46 +184,6 @@ def start_weed(root: Path) -> tuple[subprocess.Popen, int, int]:
     raise RuntimeError(f"weed did not start (exit {proc.returncode}); see {root / 'weed.log'}")
 
 
-class LatencyProxy:
-    """A TCP proxy that holds every client->server chunk for ``delay`` seconds: it models the
-    per-request latency of a remote S3 endpoint (tens of ms) in front of the loopback server."""
-
-    def __init__(self, upstream: int, delay: float):
-        self.upstream, self.delay = upstream, delay
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream))
-            threading.Thread(target=self._pump, args=(client, upstream, self.delay), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, 0.0), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, delay: float) -> None:
-        try:
-            while data := src.recv(65536):
-                if delay:
-                    time.sleep(delay)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.server.close()
-
-
 def make_s3(fs, filer: int, local_root: Path, bucket: str) -> None:
     """Upload the local tree (``local_root``, named ``data``) into the bucket through the filer:
     one Go process, 16 concurrent copies, instead of 100k S3 PUTs from Python."""
@@ -345,11 +305,11 @@ def main() -> None:
         result["s3"] = measure(job_for("s3://bench/data", work / "jobs-s3"), repeats=2)
         print(json.dumps({"s3": result["s3"]}), flush=True)
 
-        hdfs_proxy = LatencyProxy(webhdfs.port, LATENCY_MS / 1000)
+        hdfs_proxy = TcpProxy(webhdfs.port, delay=LATENCY_MS / 1000)
         uri = f"webhdfs://127.0.0.1:{hdfs_proxy.port}/bench/data"
         result[f"hdfs_latency_{LATENCY_MS}ms"] = measure(job_for(uri, work / "jobs-hdfs-l"), days=LATENCY_DAYS)
         hdfs_proxy.close()
-        s3_proxy = LatencyProxy(port, LATENCY_MS / 1000)
+        s3_proxy = TcpProxy(port, delay=LATENCY_MS / 1000)
         os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{s3_proxy.port}"
         result[f"s3_latency_{LATENCY_MS}ms"] = measure(
             job_for("s3://bench/data", work / "jobs-s3-l"), days=LATENCY_DAYS

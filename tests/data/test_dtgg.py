@@ -1,10 +1,7 @@
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import socket
-import threading
 import uuid
 from datetime import timedelta
 
@@ -14,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devstack.tcp_proxy import TcpProxy
 from primus_lib.data.dtgg import DataTask, PartitionNotReady, Planner, plan_source, source_ready
 from primus_lib.data.dtgg import timer as timer_op
 from primus_lib.data.dtgg.listing import FileEntry
@@ -230,50 +228,10 @@ def test_pipelined_webhdfs_listings_answer_each_directory_in_order(hdfs_cluster)
     assert lister.list_dirs(wanted) == expected
     assert lister.list_dir(wanted[0]) == expected[wanted[0]]  # the kept-alive connection again
     # A connection cut after ~1.5 KB of answers (mid-answer): the unanswered rest is resent.
-    cutter = _CuttingProxy(hdfs_cluster.port, after=1500)
+    cutter = TcpProxy(hdfs_cluster.port, cut_after=1500)
     try:
         cut = WebHdfsLister(WebHDFS(hdfs_cluster.host, port=cutter.port, user=hdfs_cluster.user))
         assert cut.list_dirs(wanted) == expected
         assert cutter.connections > 2
     finally:
         cutter.close()
-
-
-class _CuttingProxy:
-    """A TCP proxy to a real server that closes each connection after ``after`` answer bytes."""
-
-    def __init__(self, upstream: int, after: int):
-        self.upstream, self.after, self.connections = upstream, after, 0
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            self.connections += 1
-            upstream = socket.create_connection(("127.0.0.1", self.upstream))
-            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, self.after), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
-        try:
-            while data := src.recv(65536 if limit is None else limit):
-                dst.sendall(data)
-                if limit is not None:
-                    limit -= len(data)
-                    if limit <= 0:
-                        break
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def close(self) -> None:
-        self.server.close()
