@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pyarrow as pa
@@ -62,17 +61,32 @@ def test_under_the_cap_passes_over_it_fails_naming_the_task():
     assert limits.active() is None
 
 
+BESIDE_A_SERVER = """
+import os, subprocess, sys, time
+os.environ["PRIMUS_CGROUP"] = "off"
+from primus_lib.resources import limits
+from primus_lib.resources.limits import Limits, enforced
+limits.MEMORY_HARD_FACTOR = 4.0
+code = "import time; time.sleep(1.0); x = bytearray(b'1') * (200 * 2**20); time.sleep(3)"
+elder = subprocess.Popen([sys.executable, "-c", code])
+try:
+    with enforced(Limits(1, 64 * 2**20), "data task beside a server"):
+        held = bytearray(b"1") * (8 * 2**20)
+        for _ in range(50):  # 2.5 s: the elder allocates its 200 MiB meanwhile
+            time.sleep(0.05)
+finally:
+    elder.kill()
+    elder.wait()
+print("beside ok")
+"""
+
+
 def test_a_child_started_before_the_block_is_not_the_tasks():
     """A server the process started earlier (a test session's broker, an executor's sidecar) grows
-    as it likes; only what the block itself adds counts against the task's cap."""
-    elder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0); x = bytearray(b'1') * (200 * 2**20); "
-                              "time.sleep(3)"])  # fmt: skip
-    try:
-        with enforced(Limits(1, 64 * MIB), "data task beside a server"):
-            hold(8 * MIB, 2.5)  # the elder allocates 200 MiB meanwhile
-    finally:
-        elder.kill()
-        elder.wait()
+    as it likes; only what the block itself adds counts against the task's cap. In its own
+    process, as the nested test below."""
+    done = subprocess.run(py(BESIDE_A_SERVER), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "beside ok" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_task_that_swallows_the_signal_still_fails():
@@ -84,31 +98,51 @@ def test_a_task_that_swallows_the_signal_still_fails():
                 pass
 
 
+NESTED = """
+import os, threading, time
+os.environ["PRIMUS_CGROUP"] = "off"
+import pyarrow as pa
+from primus_lib.resources import limits
+from primus_lib.resources.limits import Limits, MemoryCapExceeded, enforced
+limits.MEMORY_HARD_FACTOR = 4.0
+MIB = 2**20
+errors = {}
+
+def hold(size, seconds):
+    held = bytearray(b"\\x01") * size
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+    del held
+
+def runner(name, size):
+    try:
+        with enforced(Limits(8, 10 << 30), name) as joined:  # other limits: the outer ones stay
+            assert joined.threads == 2
+            hold(size, 1.0 if size else 0.2)
+        errors[name] = None
+    except BaseException as exc:
+        errors[name] = exc
+
+with enforced(Limits(2, 64 * MIB), "executor e1", watch=False):
+    assert pa.cpu_count() == 2
+    for name, size in (("task small", 0), ("task big", 96 * MIB)):
+        thread = threading.Thread(target=runner, args=(name, size))
+        thread.start()
+        thread.join()
+    assert pa.cpu_count() == 2 and limits.active() is not None
+assert errors["task small"] is None, errors["task small"]
+assert isinstance(errors["task big"], MemoryCapExceeded) and str(errors["task big"]).startswith("task big: ")
+assert limits.active() is None
+print("nested ok")
+"""
+
+
 def test_nested_blocks_join_the_outermost_and_each_runner_is_watched():
-    """A BatchExecutor holds the executor's limits (watch=False); each runner thread's task joins them."""
-    errors: dict[str, BaseException | None] = {}
-
-    def runner(name: str, size: int) -> None:
-        try:
-            with enforced(Limits(8, 10 << 30), name) as joined:  # other limits: the outer ones stay
-                assert joined.threads == 2
-                hold(size, 1.0 if size else 0.2)
-            errors[name] = None
-        except BaseException as exc:
-            errors[name] = exc
-
-    with enforced(Limits(2, 64 * MIB), "executor e1", watch=False):
-        assert pa.cpu_count() == 2
-        small = threading.Thread(target=runner, args=("task small", 0))
-        small.start()
-        small.join()
-        big = threading.Thread(target=runner, args=("task big", 96 * MIB))
-        big.start()
-        big.join()
-        assert pa.cpu_count() == 2 and limits.active() is not None
-    assert errors["task small"] is None
-    assert isinstance(errors["task big"], MemoryCapExceeded) and str(errors["task big"]).startswith("task big: ")
-    assert limits.active() is None
+    """A BatchExecutor holds the executor's limits (watch=False); each runner thread's task joins
+    them. In its own process: the guard reads the whole process's RSS, and pytest's process
+    carries other tests' threads."""
+    done = subprocess.run(py(NESTED), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "nested ok" in done.stdout, done.stdout + done.stderr
 
 
 def test_past_the_hard_cap_the_process_is_killed():
