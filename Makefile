@@ -60,18 +60,18 @@ down:
 demo: up
 	@bash scripts/demo.sh
 
-# Every benchmark in turn; each one's whole output goes to .primus/bench/NAME.log, its last line
-# (one JSON object) to the terminal; a failed benchmark fails the target after the others ran.
+# Every benchmark in turn; each one's output goes to .primus/bench/NAME.out (stderr: NAME.err), its
+# last line (one JSON object) to the terminal; a failed benchmark fails the target after the others ran.
 BENCH_WINDOWS ?= 500
 bench: install infra
 	@mkdir -p .primus/bench; failed=""; \
 	for f in bench/[!_]*.py; do \
 	  name=$$(basename $$f .py); echo "== $$f"; \
-	  if PRIMUS_CACHE=$(CACHE) PRIMUS_BENCH_WINDOWS=$(BENCH_WINDOWS) $(PY) $$f > .primus/bench/$$name.log 2>&1; \
-	  then tail -1 .primus/bench/$$name.log; \
-	  else tail -5 .primus/bench/$$name.log; failed="$$failed $$name"; fi; \
+	  if PRIMUS_CACHE=$(CACHE) PRIMUS_BENCH_WINDOWS=$(BENCH_WINDOWS) $(PY) $$f > .primus/bench/$$name.out 2> .primus/bench/$$name.err; \
+	  then tail -1 .primus/bench/$$name.out; \
+	  else tail -5 .primus/bench/$$name.err; failed="$$failed $$name"; fi; \
 	done; \
-	if [ -n "$$failed" ]; then echo "failed:$$failed (logs in .primus/bench/)"; exit 1; fi
+	if [ -n "$$failed" ]; then echo "failed:$$failed (output in .primus/bench/)"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .primus build *.egg-info
