@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -112,6 +115,24 @@ def test_lookup_join_equals_the_general_join(how, right_keys):
     assert _ordered_join(left, right, ["k"], how).equals(_general_join(left, right, how))
 
 
+@contextmanager
+def arrow_threads(threads: int) -> Iterator[None]:
+    """Arrow's CPU pool at ``threads`` (as an executor's allotment sets it), restored after."""
+    saved = pa.cpu_count()
+    pa.set_cpu_count(threads)
+    try:
+        yield
+    finally:
+        pa.set_cpu_count(saved)
+
+
+def run_tasks(job) -> None:
+    """Every data task of the window, staged (what the join reads)."""
+    for source in ("impressions", "clicks"):
+        for task in plan_source(job, "history", source, T0):
+            execute_task(job, task)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("files", [1, 3])
 def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, files):
@@ -119,12 +140,8 @@ def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, 
     many, columns on several threads): the shards equal shuffle(join) of the same inputs."""
     write_layout(tmp_path / "data", hours=1, rows=300, files=files)
     job = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=1), tmp_path / f"j{threads}")
-    saved = pa.cpu_count()
-    pa.set_cpu_count(threads)
-    try:
-        for source in ("impressions", "clicks"):
-            for task in plan_source(job, "history", source, T0):
-                execute_task(job, task)
+    with arrow_threads(threads):
+        run_tasks(job)
         inputs = {
             source: pa.concat_tables(
                 [read_staged(staging_path(job, t)) for t in plan_source(job, "history", source, T0)]
@@ -135,8 +152,6 @@ def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, 
         view = joined_view(job, stream, inputs, window_id(T0))
         expected = shuffle(view.materialize(np.arange(view.rows)), window_seed(job, "history", window_id(T0)))
         manifest = join_window(job, "history", T0)
-    finally:
-        pa.set_cpu_count(saved)
     table = read_window(JobPaths.for_job(job).window_dir("history", T0))
     assert manifest.rows == 300 * files and table.equals(expected)
     assert table.column("clicked").null_count == 0 and 0 < pa.compute.sum(table.column("clicked")).as_py() < 300 * files
@@ -165,15 +180,9 @@ def test_the_left_side_gathered_during_the_join_gives_the_one_thread_bytes(tmp_p
     runs = {}
     for threads in (1, 2):
         job = make_job(doc, tmp_path / f"j{threads}")
-        saved = pa.cpu_count()
-        pa.set_cpu_count(threads)
-        try:
-            for source in ("impressions", "clicks"):
-                for task in plan_source(job, "history", source, T0):
-                    execute_task(job, task)
+        with arrow_threads(threads):
+            run_tasks(job)
             manifest = join_window(job, "history", T0)
-        finally:
-            pa.set_cpu_count(saved)
         runs[threads] = ([s.sha256 for s in manifest.shards], manifest.rows, manifest.extra["dropped"])
     expected = {"outside_window": 5, **({"duplicate_id": 1} if repeat and sample_id else {})}
     assert runs[1] == runs[2] and runs[1][2] == expected
