@@ -24,8 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "progress": {"durable", "storage"},
     "allocation": {"durable", "paths", "spec", "storage"},
     "metrics": {"paths", "spec", "storage"},
-    # the data plane runs its tasks under the executors' limits and its stream executors announce
-    # themselves through the backend's discovery; nothing else of resources
+    # the data plane runs its tasks under the executors' limits, its stream executors announce
+    # themselves through the backend's discovery, and its metrics read process trees through
+    # proctree (which imports nothing of primus_lib); nothing else of resources
     "data": {
         "allocation",
         "durable",
@@ -38,6 +39,7 @@ ALLOWED: dict[str, set[str]] = {
         "timegrid",
         "resources.limits",
         "resources.discovery",
+        "resources.proctree",
     },
     "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
     "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "storage", "timegrid"},

@@ -26,13 +26,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
+from primus_lib.resources import proctree
 
 log = logging.getLogger("primus.resources.limits")
 
 MEMORY_HARD_FACTOR = 1.25  # the cap fails the task cleanly; past this multiple the process is killed
 GUARD_POLL_SECONDS = 0.05
-CHILDREN_EVERY_POLLS = 20  # child processes are listed once a second (a /proc scan)
+CHILDREN_EVERY_POLLS = 20  # child processes are listed once a second (a /proc walk)
 CPU_PERIOD_US = 100_000
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ARROW_IO_THREADS", "POLARS_MAX_THREADS")
 CGROUP_ENV = "PRIMUS_CGROUP"
@@ -207,10 +207,10 @@ class _Guard:
 
     def __init__(self, cap: float) -> None:
         self.cap, self.hard = cap, cap * MEMORY_HARD_FACTOR
-        self.proc = psutil.Process()
+        self.pid = os.getpid()
         self.peak_ok = _reset_peak()
-        self.elders = {p.pid for p in self.proc.children(recursive=True)}  # older children: not the task's
-        self.base = self.proc.memory_info().rss
+        self.elders = set(proctree.descendants(self.pid))  # older children: not the task's
+        self.base = proctree.rss(self.pid)
         self.watched: dict[int, str] = {}
         self.signalled: dict[int, tuple[float, float]] = {}  # thread -> (used, rss) when told
         self.lock = threading.Lock()
@@ -223,14 +223,15 @@ class _Guard:
         while not self.stop.wait(GUARD_POLL_SECONDS):
             try:
                 if polls % CHILDREN_EVERY_POLLS == 0:
-                    kids = self.proc.children(recursive=True)
-                    children = sum(p.memory_info().rss for p in kids if p.pid not in self.elders)
+                    children = sum(
+                        proctree.rss(pid) for pid in proctree.descendants(self.pid) if pid not in self.elders
+                    )
                 polls += 1
-                own = self.proc.memory_info().rss
+                own = proctree.rss(self.pid)
                 if self.peak_ok:
                     own = max(own, _own_peak())
                     _reset_peak()
-            except (psutil.Error, OSError):
+            except OSError:
                 continue
             rss = own + children
             used = rss - self.base

@@ -18,6 +18,7 @@ from primus_lib.metrics.instruments import ExecutorMetrics
 from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name, write_snapshot_to
 from primus_lib.paths import JobPaths
 from primus_lib.progress import progress_key, read_progress
+from primus_lib.resources.proctree import rss, tree
 from primus_lib.spec.job import PrimusJob
 
 ROLE = "data_executor"
@@ -88,29 +89,6 @@ def _queue(key: str, ledger):
     return _queues[key]
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants from /proc/<pid>/task/*/children (a few small reads), instead of
-    psutil's scan of every process on the host (tens of ms on a busy node, per task)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for children in Path(f"/proc/{current}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in children.read_text().split()]
-            except OSError:
-                continue
-    return found
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 class TaskMetrics:
     """Started with the task (psutil measures CPU from here), finished with its row count."""
 
@@ -135,7 +113,7 @@ class TaskMetrics:
     def _finish(self, rows: int) -> None:
         if Path(f"/proc/{os.getpid()}/task").is_dir():  # this process tree's RSS, its own CPU since start
             cores = self.metrics._proc.cpu_percent(None) / 100.0
-            self.metrics.observe_usage(cores, sum(_rss(pid) for pid in _tree(os.getpid())))
+            self.metrics.observe_usage(cores, sum(rss(pid) for pid in tree(os.getpid())))
         else:
             self.metrics.observe_process()
         self.metrics.add_samples(rows)
