@@ -23,6 +23,11 @@ from tests.train.conftest import SPEC
 
 ROWS = 64  # global minibatch; each rank takes half
 KINDS = ["batch", "stream"] * 12
+EMPTY_STEP = 3  # a stream step in which rank 1 has no rows
+# With both kinds moving the tables the two paths stay within 1e-5 for 14 steps and part by 1e-3
+# by step 20 (measured): the float summation order differs, and row-wise Adagrad's step on a row
+# with little accumulated gradient is about lr x the gradient's sign, so a near-zero sum can flip it.
+BOTH_STEPS = 12
 
 
 def _table(rng: np.random.Generator, rows: int) -> pa.Table:
@@ -77,13 +82,23 @@ def _eval_loss(stepper, batch, output: str) -> float:
     return float(torch.nn.functional.binary_cross_entropy(probs, batch.labels))
 
 
-def _worker(rank: int, store: str, spec: str, out: str) -> None:
+def _worker(rank: int, store: str, spec: str, out: str, body) -> None:
+    """One gloo rank of two running ``body(rank, job, out)``."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        _run(rank, load_job(spec), Path(out))
+        body(rank, load_job(spec), Path(out))
     finally:
         dist.destroy_process_group()
+
+
+def _rank_batch(rng: np.random.Generator, rank: int, step: int, features):
+    """This rank's half of the step's global minibatch and the global row count; at ``EMPTY_STEP``
+    rank 1 has no rows (it joins with a weight-0 dummy row)."""
+    mine = _table(rng, ROWS).take(list(range(rank, ROWS, 2)))
+    if step == EMPTY_STEP:
+        return (None if rank == 1 else to_batch(mine, features)), ROWS // 2
+    return to_batch(mine, features), ROWS
 
 
 def _run(rank: int, job, out: Path) -> None:
@@ -98,17 +113,13 @@ def _run(rank: int, job, out: Path) -> None:
     initial = _full_state(stepper)
     report["before"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
     for step, kind in enumerate(KINDS):
-        table = _table(rng, ROWS)
-        mine = table.take(list(range(rank, ROWS, 2)))
-        batch = to_batch(mine, features)
-        if step == 3 and rank == 1:
-            batch = None  # a rank with no rows for this step joins with a weight-0 dummy row
+        batch, global_rows = _rank_batch(rng, rank, step, features)
         memory, adapt, tables = (
             _dense(model.memory_parameters()),
             _dense(model.adapt_parameters()),
             _local_tables(stepper),
         )
-        result = stepper.step_synced(kind, batch, ROWS if step != 3 else ROWS // 2)
+        result = stepper.step_synced(kind, batch, global_rows)
         if (result is None) != (batch is None):
             report["violations"].append(f"step {step}: result {result} for batch {batch is not None}")
         untouched, now = (adapt, model.adapt_parameters()) if kind == "batch" else (memory, model.memory_parameters())
@@ -173,7 +184,7 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run), nprocs=2, join=True)
     reports = [json.loads((out / f"report{r}.json").read_text()) for r in range(2)]
     r0 = reports[0]
 
@@ -215,16 +226,50 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     assert not [p for p in (out / "checkpoints" / "sharded").iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def _check_matches_one_process(spec_file: str, out: Path) -> None:
+def _run_both(rank: int, job, out: Path) -> None:
+    """The spec's default embedding policy (``both``, batch steps' table gradient scaled): steps only."""
+    from primus_lib.train.sharded import ShardedStepper
+
+    stepper = ShardedStepper(job, embedding_updates="both")
+    initial, rng, moves = _full_state(stepper), np.random.default_rng(11), []
+    for step, kind in enumerate(KINDS[:BOTH_STEPS]):
+        batch, global_rows = _rank_batch(rng, rank, step, job.spec.features)
+        tables = _local_tables(stepper)
+        stepper.step_synced(kind, batch, global_rows)
+        after = _local_tables(stepper)
+        moves.append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
+    final = _full_state(stepper)
+    (out / f"both{rank}.json").write_text(json.dumps({"scale": stepper.batch_emb_scale, "moves": moves}))
+    if rank == 0:
+        torch.save({"initial": initial, "final": final}, out / "states.pt")
+
+
+def test_sharded_two_ranks_match_one_process_with_both_embedding_updates(spec_file, tmp_path):
+    """MTRM's default policy: both kinds move the tables, batch steps at ``batch_embedding_scale``
+    (0.5); the sharded pair still equals one process (the scale is applied alike on both paths),
+    a zero-row rank in a stream step included (step 3)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_both), nprocs=2, join=True)
+    reports = [json.loads((out / f"both{r}.json").read_text()) for r in range(2)]
+    assert all(r["scale"] == 0.5 for r in reports)
+    for kind in ("batch", "stream"):  # both kinds move some table somewhere
+        assert any(moved for r in reports for k, moved in r["moves"] if k == kind)
+    _check_matches_one_process(spec_file, out, embedding_updates="both", steps=BOTH_STEPS)
+
+
+def _check_matches_one_process(spec_file: str, out: Path, embedding_updates: str = "batch", steps: int = 24) -> None:
     """The sharded pair equals one replicated process stepping the union of both halves from the
-    same weights (towers and tables, to 1e-4 after 24 steps: float summation order differs)."""
+    same weights (towers and tables, to 1e-4 after ``steps`` steps: float summation order differs)."""
     from primus_lib.train.distributed import Group
     from primus_lib.train.model import ModelOptions
     from primus_lib.train.steps import Stepper
 
     job = load_job(spec_file)
     states = torch.load(out / "states.pt", weights_only=False)
-    single = Stepper(job, options=ModelOptions(replicated=True), embedding_updates="batch")
+    single = Stepper(job, options=ModelOptions(replicated=True), embedding_updates=embedding_updates)
+    assert single.batch_emb_scale == (0.5 if embedding_updates == "both" else 1.0)
     model = single.model
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
@@ -240,9 +285,9 @@ def _check_matches_one_process(spec_file: str, out: Path) -> None:
         for name, value in states["initial"]["tables"].items():
             tables[name].copy_(value)
     rng = np.random.default_rng(11)
-    for step, kind in enumerate(KINDS):
+    for step, kind in enumerate(KINDS[:steps]):
         table = _table(rng, ROWS)
-        if step == 3:
+        if step == EMPTY_STEP:
             table = table.take(list(range(0, ROWS, 2)))  # rank 1 had no rows
         single.step_synced(kind, to_batch(table, job.spec.features), table.num_rows, Group())
     final = states["final"]
@@ -278,15 +323,6 @@ def test_sharding_choice_and_types(spec_file, monkeypatch):
     monkeypatch.setenv("PRIMUS_SHARDING", "dmp")  # one process: nothing to shard across, the fused Stepper
     stepper = make_stepper(job)
     assert type(stepper) is Stepper and not stepper.model.options.replicated
-
-
-def _s3_worker(rank: int, store: str, spec: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
-        _run_s3(rank, load_job(spec), Path(out))
-    finally:
-        dist.destroy_process_group()
 
 
 def _run_s3(rank: int, job, out: Path) -> None:
@@ -349,7 +385,7 @@ def test_sharded_checkpoints_on_s3_two_ranks_resume(spec_file, tmp_path, s3_env)
     out = tmp_path / "out"
     out.mkdir()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_s3_worker, args=(str(tmp_path / "store"), spec_file, str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_s3), nprocs=2, join=True)
     reports = [json.loads((out / f"report{r}.json").read_text()) for r in range(2)]
     for report in reports:
         assert report["root"].startswith(f"s3://{bucket}/jobs/")
