@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     from primus_lib.airflow_api import AirflowApi
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="primus-load-"))
+    root.chmod(0o755)  # as root the cluster belongs to the postgres user, who must enter it
     pg = Postgres(root / "pg", free_port(), root / "run", root / "logs")
     pg.start()
     stack = None

@@ -9,6 +9,10 @@ files Airflow lists in that folder (``.airflowignore`` applied), each parsed in 
 Airflow's own ``_parse_file``, ROUNDS times. So every file pays the imports it needs (the spec model,
 the operators): nothing is shared between files but what the manager itself holds.
 
+The bytecode of primus_lib, the plugins and the generated files is compiled first and the
+processor may write more (``PYTHONDONTWRITEBYTECODE`` dropped): a deployed DAG processor parses
+with warm ``__pycache__`` folders; a stale one would charge every parse a recompile.
+
 Airflow is configured as deployed (tests/fixtures/airflow.py, devstack): the Primus plugin loads
 through its ``airflow.plugins`` entry point, the plugins folder is empty. (A plugins folder holding
 plugins/ would import every file in it as a top-level module named after the file, e.g. a module
@@ -24,6 +28,7 @@ not inflate) and the aim (< 100 ms, no heavy imports).
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import shutil
@@ -121,6 +126,9 @@ def main() -> None:
                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
                "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "airflow" / "plugins"),  # the plugin: its entry point
                "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR"}  # fmt: skip
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        for folder in (ROOT / "primus_lib", ROOT / "plugins", dags):
+            compileall.compile_dir(folder, quiet=1)
         empty = root / "empty"  # Airflow's own cost of a DAG file, for comparison
         empty.mkdir()
         (empty / "empty_dag.py").write_text(EMPTY_DAG)
