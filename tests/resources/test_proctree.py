@@ -41,7 +41,6 @@ def test_descendants_and_rss_match_psutil_for_a_grandchild(has_proc, monkeypatch
 @pytest.mark.parametrize("has_proc", [True, False], ids=["proc", "psutil-fallback"])
 def test_rss_of_a_gone_process_is_zero(has_proc, monkeypatch):
     monkeypatch.setattr(proctree, "HAS_PROC", has_proc)
-    assert proctree.descendants(int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                                                   capture_output=True, text=True).stdout)) == []  # fmt: skip
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert proctree.descendants(int(done.stdout)) == []
     assert proctree.rss(int(done.stdout)) == 0

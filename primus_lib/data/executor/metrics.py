@@ -111,11 +111,8 @@ class TaskMetrics:
         guarded(f"data task {self.task_id} metrics", lambda: self._finish(rows))
 
     def _finish(self, rows: int) -> None:
-        if Path(f"/proc/{os.getpid()}/task").is_dir():  # this process tree's RSS, its own CPU since start
-            cores = self.metrics._proc.cpu_percent(None) / 100.0
-            self.metrics.observe_usage(cores, sum(rss(pid) for pid in tree(os.getpid())))
-        else:
-            self.metrics.observe_process()
+        cores = self.metrics._proc.cpu_percent(None) / 100.0  # its own CPU since start
+        self.metrics.observe_usage(cores, sum(rss(pid) for pid in tree(os.getpid())))  # the tree's RSS
         self.metrics.add_samples(rows)
         self.metrics.observe_buffer(batch_backlog(self.job), 1.0)
         directory = JobPaths.for_job(self.job).metrics_dir
