@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"wrote {result.hours} hours, {result.impressions} impressions, {result.clicks} clicks "
-        f"({result.realtime_clicks} seen by the real-time label) under {result.out}; "
+        f"({result.realtime_clicks} seen by the real-time label"
+        + (f", {result.resent_clicks} late ones re-sent on the stream" if config.late_click_events else "")
+        + f") under {result.out}; "
         f"stream {result.stream_path}" + (f"; {result.kafka_messages} messages to {kafka[1]}" if kafka else "")
     )
     return 0

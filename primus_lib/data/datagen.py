@@ -13,6 +13,7 @@ Output (hourly, by impression hour)::
                                                            category, price, age, ts (ms)
     clicks/YYYYMMDD/HH/part-00000.parquet + _SUCCESS       request_id, clicked (complete label)
     stream/events.jsonl                                    impression + real-time ``clicked``
+                                                           (+ late clicks re-sent, with ``late_click_events``)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from primus_lib.data.schema import RESENT_CLICK_SUFFIX
 
 HOUR_MS = 3_600_000
 DIM = 8  # latent taste dimensions
@@ -60,6 +63,7 @@ class WorldConfig:
     delay_price_elasticity: float = 0.8  # pricier items are clicked later (delay median ~ price^0.8)
     delay_category_sigma: float = 0.5  # and some categories later than others
     max_delay_hours: float = 6.0
+    late_click_events: bool = False  # also re-send each click that missed the label window, at its own time
 
 
 def world_config(text: str | None) -> WorldConfig:
@@ -75,10 +79,13 @@ def world_config(text: str | None) -> WorldConfig:
             raise ValueError(f"--world: {item!r}: expected key=value with key in {sorted(known)}")
         current = getattr(config, key)
         try:
-            updates[key] = (
-                tuple(float(v) for v in value.split(":")) if isinstance(current, tuple) else type(current)(value)
-            )
-        except ValueError:
+            if isinstance(current, bool):
+                updates[key] = {"1": True, "true": True, "0": False, "false": False}[value.lower()]
+            elif isinstance(current, tuple):
+                updates[key] = tuple(float(v) for v in value.split(":"))
+            else:
+                updates[key] = type(current)(value)
+        except (KeyError, ValueError):
             raise ValueError(f"--world: {key}={value!r}: expected {type(current).__name__}") from None
     return dataclasses.replace(config, **updates)
 
@@ -255,6 +262,7 @@ class DatagenResult:
     realtime_clicks: int
     stream_path: Path
     kafka_messages: int = 0
+    resent_clicks: int = 0  # late clicks re-sent on the stream (``late_click_events``)
 
 
 def generate(
@@ -281,6 +289,7 @@ def generate(
     stream_tmp = stream_dir / f".events.jsonl.tmp-{uuid.uuid4().hex}"
     producer = _kafka_producer(kafka[0]) if kafka else None
     result = DatagenResult(out, 0, 0, 0, 0, stream_dir / "events.jsonl")
+    late = LateClicks(world, rows_per_hour, first_hour=next(iter_hours(start, end)))
     try:
         with open(stream_tmp, "w", encoding="utf-8") as stream:
             for hour in iter_hours(start, end):
@@ -291,10 +300,12 @@ def generate(
                     hour_dir(out, "clicks", hour),
                     {"request_id": rows["request_id"][hit], "clicked": rows["clicked"][hit]},
                 )
-                lines = _jsonl(rows)
+                events = late.merge(hour, rows)
+                lines = _jsonl(events)
                 stream.write(lines)
                 if producer is not None:
-                    result.kafka_messages += _produce(producer, kafka[1], lines, rows["ts"])
+                    result.kafka_messages += _produce(producer, kafka[1], lines, events["ts"])
+                result.resent_clicks += len(events["ts"]) - len(rows["ts"])
                 result.hours += 1
                 result.impressions += len(rows["ts"])
                 result.clicks += int(hit.sum())
@@ -325,6 +336,47 @@ def _write_partition(directory: Path, columns: dict[str, np.ndarray]) -> None:
     except BaseException:  # no half-written staging directory left next to the partitions
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+class LateClicks:
+    """With ``late_click_events``: each click that landed after the stream's label window is
+    re-sent as its own event at the click's time (impression features, real-time label 1, the key
+    with ``RESENT_CLICK_SUFFIX``), merged into the stream in event-time order. Clicks of the hours
+    before the range that land inside it are included, so any sub-range is generated identically."""
+
+    def __init__(self, world: World, rows_per_hour: int, first_hour: int):
+        self.world = world
+        self.on = world.config.late_click_events
+        self.pending: dict[str, np.ndarray] | None = None
+        if self.on:
+            lookback = int(np.ceil(world.config.max_delay_hours)) + 1
+            for hour in range(first_hour - lookback, first_hour):
+                self._add(world.hour_rows(hour, rows_per_hour), after_ms=first_hour * HOUR_MS)
+
+    def _add(self, rows: dict[str, np.ndarray], after_ms: int = 0) -> None:
+        late = (rows["clicked"] == 1) & (rows["clicked_realtime"] == 0)
+        at = rows["ts"][late] + rows["click_delay_ms"][late]
+        keep = at >= after_ms
+        events = {k: rows[k][late][keep] for k in IMPRESSION_COLUMNS}
+        events["ts"] = at[keep]
+        events["request_id"] = np.array([f"{r}{RESENT_CLICK_SUFFIX}" for r in events["request_id"]], dtype=object)
+        events["clicked_realtime"] = np.ones(int(keep.sum()), dtype=np.int64)
+        self.pending = events if self.pending is None else _concat(self.pending, events)
+
+    def merge(self, hour: int, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The hour's stream events: its impressions plus the re-sent clicks that land in it."""
+        if not self.on:
+            return rows
+        self._add(rows)
+        due = self.pending["ts"] < (hour + 1) * HOUR_MS
+        out = _concat({k: rows[k] for k in self.pending}, {k: v[due] for k, v in self.pending.items()})
+        self.pending = {k: v[~due] for k, v in self.pending.items()}
+        order = np.argsort(out["ts"], kind="stable")
+        return {k: v[order] for k, v in out.items()}
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k], b[k]]) for k in a}
 
 
 def _jsonl(rows: dict[str, np.ndarray]) -> str:

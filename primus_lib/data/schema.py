@@ -15,6 +15,10 @@ import pyarrow.compute as pc
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.training import FeaturesSpec
 
+RESENT_CLICK_SUFFIX = "+late"
+"""A stream event whose key ends with this is a click re-sent after its label window closed (the
+impression's features, label 1, the click's time): training data, not an impression to score."""
+
 
 def sample_schema(features: FeaturesSpec, keys: list[str] | None = None) -> pa.Schema:
     fields = [pa.field(key, pa.string()) for key in keys or []]

@@ -8,6 +8,7 @@ can do nothing more with the data released so far, the world moves to the next h
 
 1. the stream rows of ``t`` are scored by the current model's served output against the most
    complete label known (progressive validation): nothing of hour ``t`` has been trained yet;
+   re-sent late clicks (a key ending in ``RESENT_CLICK_SUFFIX``) are trained on, not scored;
 2. they are appended to the replayed stream (``GrowingReplay``), with their real-time labels;
 3. batch window ``t - lag`` (complete labels) is committed to the run's training queue, as the
    data plane's Sink would; the trainer's batch-lag gate sees the stream at hour ``t``.
@@ -29,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from primus_lib.data.schema import job_keys
+from primus_lib.data.schema import RESENT_CLICK_SUFFIX, job_keys
 from primus_lib.data.shards import write_window
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import window_id
@@ -52,7 +53,7 @@ class Timeline:
     """The decoded data of the whole range, one entry per hour."""
 
     hours: list[datetime]
-    stream: list[pa.Table]  # per hour: stream samples + the complete label
+    stream: list[pa.Table]  # per hour: stream samples + the complete label (null: a re-sent click, not scored)
     batch: list[pa.Table]  # per hour: the joined batch window
     lag_hours: int
     eval_from: int  # first scored hour index
@@ -91,6 +92,8 @@ def load_timeline(
             complete = complete.group_by(keys).aggregate([(label, "max")]).rename_columns([keys, COMPLETE])
             part = part.join(complete, keys=keys, join_type="left outer", use_threads=False)
             filled = pc.fill_null(part.column(COMPLETE), part.column(label))
+            resent = pc.fill_null(pc.ends_with(part.column(keys), RESENT_CLICK_SUFFIX), False)
+            filled = pc.if_else(resent, pa.scalar(None, filled.type), filled)
             part = part.drop([COMPLETE]).append_column(COMPLETE, filled)
         part = part.sort_by(job.spec.features.timestamp)
         stream.append(part)
@@ -165,8 +168,9 @@ class HourlyWorld(SingleProcess):
         self.hour = t = self.hour + 1
         self.now = tl.hours[t].timestamp()
         rows = tl.stream[t]
-        if t >= tl.eval_from and rows.num_rows:
-            self.score(tl.hours[t], rows)
+        scored = rows if not rows.column(COMPLETE).null_count else rows.filter(pc.is_valid(rows.column(COMPLETE)))
+        if t >= tl.eval_from and scored.num_rows:
+            self.score(tl.hours[t], scored)
         self.replay.extend(rows.drop([COMPLETE]))
         if t - tl.lag_hours >= 0:
             b = t - tl.lag_hours
@@ -175,7 +179,7 @@ class HourlyWorld(SingleProcess):
         if t + 1 >= len(tl.hours):
             self.replay.finish()
         if self.on_hour is not None:
-            self.on_hour(tl.hours[t], self.scores.windows[-1] if t >= tl.eval_from and rows.num_rows else None)
+            self.on_hour(tl.hours[t], self.scores.windows[-1] if t >= tl.eval_from and scored.num_rows else None)
 
     def score(self, hour: datetime, rows: pa.Table) -> None:
         stepper, scores = self.stepper, self.scores

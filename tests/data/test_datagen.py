@@ -129,3 +129,42 @@ def test_cli(tmp_path, monkeypatch, capsys):
     assert main(["datagen", str(spec), "--start", "2026-11-01T05:00:00Z", "--end", "2026-11-01T04:00:00Z"]) == 2
     with pytest.raises(SystemExit):
         main(["datagen", str(spec), "--rows-per-hour", "x"])
+
+
+def test_late_clicks_resent_on_the_stream(tmp_path):
+    """With ``late_click_events`` every click the real-time label missed is also sent on the stream
+    at its own time (label 1, the key marked), in event-time order, and sub-ranges stay identical."""
+    from primus_lib.data.datagen import world_config
+    from primus_lib.data.schema import RESENT_CLICK_SUFFIX
+
+    world = world_config("late_click_events=true")
+    a, c = tmp_path / "a", tmp_path / "c"
+    full = generate(a, START, START + timedelta(hours=10), rows_per_hour=300, seed=5, config=world)
+    generate(c, START + timedelta(hours=7), START + timedelta(hours=10), rows_per_hour=300, seed=5, config=world)
+    events = [json.loads(line) for line in (a / "stream" / "events.jsonl").read_text().splitlines()]
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    impressions = {e["request_id"]: e for e in events if not e["request_id"].endswith(RESENT_CLICK_SUFFIX)}
+    resent = [e for e in events if e["request_id"].endswith(RESENT_CLICK_SUFFIX)]
+    assert len(impressions) == full.impressions and len(resent) == full.resent_clicks > 0
+    complete = set()
+    for part in (a / "clicks").rglob("part-00000.parquet"):
+        complete |= set(pq.read_table(part).column("request_id").to_pylist())
+    window_ms = world.realtime_label_minutes * 60_000
+    for e in resent:
+        assert e["clicked"] == 1
+        shown = impressions.get(e["request_id"].removesuffix(RESENT_CLICK_SUFFIX))
+        if shown is None:  # an impression of the hours before the range, clicked inside it
+            assert e["ts"] < int((START + timedelta(hours=world.max_delay_hours)).timestamp() * 1000)
+            continue
+        assert shown["clicked"] == 0 and shown["request_id"] in complete  # a click the real-time label missed
+        assert window_ms <= e["ts"] - shown["ts"] <= world.max_delay_hours * 3_600_000
+        assert {k: v for k, v in e.items() if k not in ("request_id", "ts", "clicked")} == {
+            k: v for k, v in shown.items() if k not in ("request_id", "ts", "clicked")
+        }
+    late_clicks = sum(1 for r in complete if not impressions[r]["clicked"])
+    assert late_clicks > 0.1 * len(complete)  # about 20% of the clicks are late
+    sub = (c / "stream" / "events.jsonl").read_text().splitlines()
+    cut = int((START + timedelta(hours=7)).timestamp() * 1000)
+    assert [json.loads(line) for line in sub] == [e for e in events if e["ts"] >= cut]
+    with pytest.raises(ValueError, match="late_click_events"):
+        world_config("late_click_events=maybe")

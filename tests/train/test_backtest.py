@@ -120,3 +120,38 @@ def test_train_cli_rejects_bad_arguments(tiny, capsys):
     assert main(["train", str(spec), "--until-window", "yesterday"]) == 2
     assert "--until-window expects" in capsys.readouterr().err
     assert main(["train", str(spec), "--mode", "hybrid"]) == 2
+
+
+def test_resent_late_clicks_are_trained_on_not_scored(tmp_path, monkeypatch):
+    """A world that re-sends late clicks on the stream scores the same impressions against the same
+    complete labels as the plain world; the re-sent clicks (label 1) only add training rows."""
+    from primus_lib.data.datagen import WorldConfig, generate
+    from primus_lib.data.schema import RESENT_CLICK_SUFFIX
+    from primus_lib.train.backtest import load_timeline, run_one
+    from tests.train.conftest import make_job
+
+    end = START + timedelta(hours=6)
+    generate(tmp_path / "late" / "data", START, end, rows_per_hour=150, seed=7,
+             config=WorldConfig(late_click_events=True))  # fmt: skip
+    _, late_job = make_job(tmp_path / "late", monkeypatch)
+    late = load_timeline(late_job, None, START, end, START + timedelta(hours=2))
+    (tmp_path / "plain").mkdir()
+    _, plain_job = make_job(tmp_path / "plain", monkeypatch)
+    plain = load_timeline(plain_job, None, START, end, START + timedelta(hours=2))
+
+    resent_rows = 0
+    for hour, (a, b) in enumerate(zip(late.stream, plain.stream, strict=True)):
+        resent = pc.ends_with(a.column("request_id"), RESENT_CLICK_SUFFIX)
+        extra = a.filter(resent)
+        assert extra.column(COMPLETE).null_count == extra.num_rows, f"hour {hour}: a re-sent click would be scored"
+        assert extra.column("clicked").to_pylist() == [1] * extra.num_rows
+        kept = a.filter(pc.invert(resent)).sort_by("request_id")
+        assert kept.column("request_id").equals(b.sort_by("request_id").column("request_id"))
+        assert kept.column(COMPLETE).equals(b.sort_by("request_id").column(COMPLETE))
+        resent_rows += extra.num_rows
+    assert resent_rows > 0
+
+    config = RunConfig.parse("online")
+    a, b = run_one(late_job, late, config, 0), run_one(plain_job, plain, config, 0)
+    assert [(w["window"], w["samples"]) for w in a.windows] == [(w["window"], w["samples"]) for w in b.windows]
+    assert a.windows != b.windows  # the re-sent clicks were trained on
