@@ -23,10 +23,10 @@ ALLOWED: dict[str, set[str]] = {
     "paths": {"spec", "storage"},
     "progress": {"durable", "storage"},
     "allocation": {"durable", "paths", "spec", "storage"},
-    "metrics": {"paths", "spec", "storage"},
-    # the data plane runs its tasks under the executors' limits, its stream executors announce
-    # themselves through the backend's discovery, and its metrics read process trees through
-    # proctree (which imports nothing of primus_lib); nothing else of resources
+    # the instruments read a process tree's RSS through proctree (a leaf: it imports nothing of primus_lib)
+    "metrics": {"paths", "spec", "storage", "resources.proctree"},
+    # the data plane runs its tasks under the executors' limits and its stream executors announce
+    # themselves through the backend's discovery; nothing else of resources
     "data": {
         "allocation",
         "durable",
@@ -39,7 +39,6 @@ ALLOWED: dict[str, set[str]] = {
         "timegrid",
         "resources.limits",
         "resources.discovery",
-        "resources.proctree",
     },
     "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
     "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "storage", "timegrid"},

@@ -5,7 +5,7 @@ Usage (an executor)::
     metrics = ExecutorMetrics(job="ctr-demo", worker="3", cpu_limit=2, memory_limit=4 * 2**30)
     serve(port)                                # optional: expose /metrics for Prometheus
     metrics.observe_buffer(fill_rows, capacity_rows)
-    metrics.observe_process()                  # psutil: CPU of this process, RSS of its tree
+    metrics.observe_process()                  # CPU of this process, RSS of its tree
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import psutil
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 
 from primus_lib.metrics import names as n
+from primus_lib.resources.proctree import rss, tree
 
 _LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
 
@@ -77,17 +78,10 @@ class ExecutorMetrics:
         self.memory.set(min(1.0, rss_bytes / self.memory_limit) if self.memory_limit > 0 else 0.0)
 
     def observe_process(self) -> None:
-        """Measure with psutil: this process's CPU since the last call (children not counted),
-        the RSS of its whole process tree now."""
-        procs = [self._proc, *self._proc.children(recursive=True)]
+        """This process's CPU since the last call (psutil; children not counted), the RSS of its
+        whole process tree now (``proctree``: /proc, not psutil's scan of every process on the host)."""
         cores = self._proc.cpu_percent(None) / 100.0
-        rss = 0
-        for proc in procs:
-            try:
-                rss += proc.memory_info().rss
-            except psutil.Error:
-                continue
-        self.observe_usage(cores, rss)
+        self.observe_usage(cores, sum(rss(pid) for pid in tree(self._proc.pid)))
 
     def add_samples(self, count: int) -> None:
         self.samples.inc(count)

@@ -18,7 +18,6 @@ from primus_lib.metrics.instruments import ExecutorMetrics
 from primus_lib.metrics.reporting import guarded, prune_stale, snapshot_name, write_snapshot_to
 from primus_lib.paths import JobPaths
 from primus_lib.progress import progress_key, read_progress
-from primus_lib.resources.proctree import rss, tree
 from primus_lib.spec.job import PrimusJob
 
 ROLE = "data_executor"
@@ -111,8 +110,7 @@ class TaskMetrics:
         guarded(f"data task {self.task_id} metrics", lambda: self._finish(rows))
 
     def _finish(self, rows: int) -> None:
-        cores = self.metrics._proc.cpu_percent(None) / 100.0  # its own CPU since start
-        self.metrics.observe_usage(cores, sum(rss(pid) for pid in tree(os.getpid())))  # the tree's RSS
+        self.metrics.observe_process()  # its own CPU since start, its tree's RSS
         self.metrics.add_samples(rows)
         self.metrics.observe_buffer(batch_backlog(self.job), 1.0)
         directory = JobPaths.for_job(self.job).metrics_dir
