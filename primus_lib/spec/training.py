@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import Duration
@@ -55,11 +55,25 @@ class ModelSpec(SpecModel):
         description="MTRM: batch steps' gradient on the shared embeddings is scaled by this (the value seen is "
         "unchanged; 1: as the stream's; docs/training.md).",
     )
-    complete_label_pass: bool = Field(
-        False,
-        description="MTRM: batch rows (complete labels) also train the adapt tower's weights, embeddings and "
-        "memory tower untouched by it (docs/training.md).",
+    complete_label_pass: Literal["off", "tower", "tables"] = Field(
+        "off",
+        description="MTRM: batch rows (complete labels) also train the served adapt tower. tower: its weights "
+        "only (tables detached); tables: its weights and, through it, the shared tables, which the memory "
+        "tower then reads without moving (docs/training.md).",
     )
+    h_aux: Literal["logit", "hidden", "hidden+logit", "none"] = Field(
+        "logit",
+        description="MTRM: what the adapt tower gets from the memory tower (Algorithm 1's h_aux, computed "
+        "without gradient): its logit, its last hidden layer, both, or nothing.",
+    )
+
+    @field_validator("complete_label_pass", mode="before")
+    @classmethod
+    def _pass_from_bool(cls, value: object) -> object:
+        """Spec files written before the pass had two kinds said true/false: still read."""
+        if isinstance(value, bool):
+            return "tower" if value else "off"
+        return value
 
 
 class TrainingSpec(SpecModel):

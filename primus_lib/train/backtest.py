@@ -57,12 +57,12 @@ class RunConfig:
     lr: float | None = None
     sparse_lr: float | None = None
     residual: bool = False
-    aux: str = "logit"
+    aux: str | None = None  # MTRM's h_aux (None: the spec's)
     adapt: list[int] | None = None
     memory: list[int] | None = None
     prio: float | None = None  # stream weight (batch weight 1)
     corr: str | None = None  # MTRM's stream_correction (none | likelihood | soft)
-    second: bool | None = None  # MTRM's complete_label_pass
+    second: str | None = None  # MTRM's complete_label_pass: off | tower | tables (1/0: tower/off)
     bemb: float | None = None  # MTRM's batch_embedding_scale
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
@@ -86,13 +86,21 @@ class RunConfig:
                 "prio": float,
                 "flush": lambda v: v in ("1", "true", "yes"),
                 "corr": str,
-                "second": lambda v: v in ("1", "true", "yes"),
+                "second": _complete_label_pass,
                 "bemb": float,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
             config = replace(config, **{key: conv[key](value)})
         return config
+
+
+def _complete_label_pass(value: str) -> str:
+    """``second=``: off | tower | tables (1/true read as tower, 0/false as off, as in the spec)."""
+    value = {"1": "tower", "true": "tower", "yes": "tower", "0": "off", "false": "off", "no": "off"}.get(value, value)
+    if value not in ("off", "tower", "tables"):
+        raise ValueError(f"--modes: second={value!r}: expected off, tower or tables")
+    return value
 
 
 @dataclass

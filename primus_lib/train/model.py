@@ -1,20 +1,20 @@
 """The MTRM network: shared TorchRec embeddings, a memory tower and an adapt tower.
 
 The memory tower sees ``[embeddings, dense]``; the adapt tower sees
-``[embeddings, dense, h_aux]`` where ``h_aux`` is the memory tower's logit (optionally its last
-hidden layer too), computed without gradient (Algorithm 1). With ``blend`` a serving head of
-three numbers, ``a * logit_A + b * logit_M + bias``, maps both towers to the served logit; it
-is fitted on complete labels (batch steps, detached logits), so it calibrates without moving
-either tower. Single-tower modes use the memory
-tower alone. Embeddings are a TorchRec (Fused)EmbeddingBagCollection whose row-wise
-Adagrad update runs inside backward: a minibatch kind that must not update the embeddings
-detaches them, so no gradient (and no update) reaches the tables.
+``[embeddings, dense, h_aux]`` where ``h_aux`` is what ``spec.model.h_aux`` names of the memory
+tower (its logit, last hidden layer, both, or nothing), computed without gradient (Algorithm 1).
+With ``blend`` a serving head of three numbers, ``a * logit_A + b * logit_M + bias``, maps both
+towers to the served logit; it is fitted on complete labels (batch steps, detached logits), so it
+calibrates without moving either tower. Single-tower modes use the memory tower alone.
+Embeddings are a TorchRec (Fused)EmbeddingBagCollection whose row-wise Adagrad update runs
+inside backward: a minibatch kind that must not update the embeddings detaches them, so no
+gradient (and no update) reaches the tables.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -30,7 +30,7 @@ logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 class ModelOptions:
     """Choices the spec leaves to the implementation (ablations switch them)."""
 
-    aux: str = "logit"  # what h_aux carries: the memory tower's output ("logit"), or "hidden+logit" | "hidden" | "none"
+    aux: str | None = None  # what h_aux carries: "logit" | "hidden+logit" | "hidden" | "none" (None: the spec's)
     adapt_residual: bool = False  # adapt logit = adapt head + memory logit (no grad into memory)
     fused: bool = True  # FusedEmbeddingBagCollection (single process); False: EBC for DMP sharding
     replicated: bool = False  # plain CPU EBC, dense gradients all-reduced, RowWiseAdagrad stepped by the Stepper
@@ -84,7 +84,8 @@ class TwoTowerModel(nn.Module):
         options: ModelOptions | None = None,
     ):
         super().__init__()
-        self.options = options or ModelOptions()
+        options = options or ModelOptions()
+        self.options = options if options.aux else replace(options, aux=spec.h_aux)
         self.keys = [f.name for f in features.sparse]
         self.n_dense = len(features.dense)
         if self.options.replicated:

@@ -194,7 +194,7 @@ class ShardedStepper:
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
-        if modes.two_towers(self.mode) and (self.serve == "blend" or spec.model.complete_label_pass):
+        if modes.two_towers(self.mode) and (self.serve == "blend" or spec.model.complete_label_pass != "off"):
             raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend and "
                                       "complete_label_pass need the replicated Stepper")  # fmt: skip
         self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"

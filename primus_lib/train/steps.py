@@ -14,7 +14,9 @@ Delayed feedback (MTRM, ``delayed.py``): stream steps train the adapt tower with
 ``spec.model.stream_correction``'s loss, the real-time label being provisional. With
 ``spec.model.serve: blend`` batch steps also fit the three-number serving head on the complete
 label (detached tower logits, its own Adam): still neither tower moves on the other's data.
-``complete_label_pass`` (measured, off) lets batch rows train the adapt tower's weights too.
+``complete_label_pass`` (off by default) lets batch rows train the served adapt tower too:
+``tower``, its weights only; ``tables``, its weights and the shared tables through it, the memory
+tower then reading the tables without moving them (they learn what the served tower learns from).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from primus_lib.train.batch import Batch
 from primus_lib.train.model import ModelOptions, TwoTowerModel
 from primus_lib.train.modes import KINDS
 
-__all__ = ["KINDS", "StepResult", "Stepper"]
+__all__ = ["COMPLETE_LABEL_PASSES", "KINDS", "StepResult", "Stepper"]
+
+COMPLETE_LABEL_PASSES = ("off", "tower", "tables")
 
 
 @dataclass
@@ -57,7 +61,7 @@ class Stepper:
         sparse_learning_rate: float | None = None,
         seed: int | None = None,
         stream_correction: str | None = None,
-        complete_label_pass: bool | None = None,
+        complete_label_pass: str | bool | None = None,
         batch_embedding_scale: float | None = None,
     ):
         spec = job.spec
@@ -69,7 +73,11 @@ class Stepper:
         if self.correction not in delayed.CORRECTIONS:
             raise ValueError(f"stream_correction: expected one of {delayed.CORRECTIONS}, got {self.correction!r}")
         second = spec.model.complete_label_pass if complete_label_pass is None else complete_label_pass
-        self.second_pass = two and second
+        if isinstance(second, bool):
+            second = "tower" if second else "off"
+        if second not in COMPLETE_LABEL_PASSES:
+            raise ValueError(f"complete_label_pass: expected one of {COMPLETE_LABEL_PASSES}, got {second!r}")
+        self.second_pass = second if two else "off"
         self.blending = two and modes.served_output(self.mode, self.serve) == "blend"
         if self.blending:
             options = replace(options or ModelOptions(), blend=True)
@@ -140,12 +148,14 @@ class Stepper:
             logit, memory_logit = self.model.adapt_forward(x)
             c = self.completeness.value
             return delayed.stream_loss(self.correction, logit, labels, c, memory_logit), logit
-        logit = self.model.memory_forward(x)[0]
+        # with the complete-label pass into the tables, the memory tower reads them without moving them
+        reads_only = kind == "batch" and self.second_pass == "tables"
+        logit = self.model.memory_forward(x.detach() if reads_only else x)[0]
         per_row = F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
-        if kind != "batch" or not (self.blending or self.second_pass):
+        if kind != "batch" or not (self.blending or self.second_pass != "off"):
             return per_row, logit
-        if self.second_pass:  # the complete labels through the served path: the adapt tower's weights only
-            adapt_logit = self.model.adapt_forward(x.detach())[0]
+        if self.second_pass != "off":  # the complete labels through the served path
+            adapt_logit = self.model.adapt_forward(x if self.second_pass == "tables" else x.detach())[0]
             per_row = per_row + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
         else:
             with torch.no_grad():
@@ -158,7 +168,7 @@ class Stepper:
     def stepped(self, kind: str, graph: str) -> list[torch.optim.Optimizer]:
         """The optimizers a minibatch of ``kind`` steps: its tower's, and the blend head's on batch steps."""
         extra = []
-        if kind == "batch" and self.second_pass:
+        if kind == "batch" and self.second_pass != "off":
             extra.append(self.optimizers["adapt"])
         if kind == "batch" and self.blending:
             extra.append(self.optimizers["serve"])
@@ -172,7 +182,7 @@ class Stepper:
         if not self.model.training:
             self.model.train()
         params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
-        if self.second_pass and kind == "batch":
+        if self.second_pass != "off" and kind == "batch":
             params = [*params, *self.model.adapt_parameters()]
         if self.blending and kind == "batch":
             params = [*params, *self.model.blend_parameters()]

@@ -70,7 +70,13 @@ def test_completeness_is_the_ratio_of_click_rates():
 
 def test_spec_options_default_and_refuse_unknown_values():
     spec = ModelSpec(memory_tower=[8], adapt_tower=[8])
-    assert (spec.serve, spec.stream_correction, spec.complete_label_pass) == ("adapt", "soft", False)
+    assert (spec.serve, spec.stream_correction, spec.complete_label_pass, spec.h_aux) == (
+        "adapt",
+        "soft",
+        "off",
+        "logit",
+    )
+    assert ModelSpec(memory_tower=[8], adapt_tower=[8], complete_label_pass=True).complete_label_pass == "tower"
     with pytest.raises(ValueError, match="stream_correction"):
         ModelSpec(memory_tower=[8], adapt_tower=[8], stream_correction="fnw")
 
@@ -105,3 +111,44 @@ def test_complete_label_pass_trains_adapt_weights_not_tables(tiny):
     memory = _snapshot(stepper.model.memory_parameters())
     stepper.step("stream", _batch(job, seed=2))
     assert _equal(memory, stepper.model.memory_parameters()), "a stream step changed the memory tower"
+
+
+def test_complete_label_pass_into_the_tables_moves_them_through_the_served_tower_only(tiny):
+    _, job = tiny
+    stepper = Stepper(job, mode="mtrm", complete_label_pass="tables", batch_embedding_scale=1.0)
+    assert stepper.second_pass == "tables" and stepper.model.options.aux == "logit"
+    batch = _batch(job, seed=1)
+    x = stepper.tower_inputs("batch", batch)
+    per_row, memory_logit = stepper.forward_loss("batch", "memory", x, batch.labels)
+    memory_loss = F.binary_cross_entropy_with_logits(memory_logit, batch.labels)
+    (from_memory,) = torch.autograd.grad(memory_loss, x, allow_unused=True, retain_graph=True)
+    assert from_memory is None, "the memory tower's loss reached the tables"
+    (from_both,) = torch.autograd.grad(per_row.sum(), x)
+    assert float(from_both.abs().sum()) > 0, "the served tower's pass on batch rows did not reach the tables"
+    adapt, memory, tables = (
+        _snapshot(stepper.model.adapt_parameters()),
+        _snapshot(stepper.model.memory_parameters()),
+        _tables(stepper),
+    )
+    stepper.step("batch", batch)
+    assert not _equal(adapt, stepper.model.adapt_parameters()) and not _equal(memory, stepper.model.memory_parameters())
+    assert any(not torch.equal(v, _tables(stepper)[k]) for k, v in tables.items()), "the batch step left the tables"
+    tower = Stepper(job, mode="mtrm", complete_label_pass="tower")
+    x = tower.tower_inputs("batch", batch)
+    per_row, memory_logit = tower.forward_loss("batch", "memory", x, batch.labels)
+    (whole,) = torch.autograd.grad(per_row.sum(), x, retain_graph=True)
+    (memory_only,) = torch.autograd.grad(
+        F.binary_cross_entropy_with_logits(memory_logit, batch.labels, reduction="sum"), x
+    )
+    torch.testing.assert_close(whole, memory_only)  # "tower": the tables learn from the memory tower alone
+
+
+def test_h_aux_comes_from_the_spec_unless_an_option_overrides_it(tiny):
+    _, job = tiny
+    spec = job.spec.model_copy(update={"model": job.spec.model.model_copy(update={"h_aux": "none"})})
+    stepper = Stepper(job.model_copy(update={"spec": spec}), mode="mtrm")
+    width = stepper.model.memory[0].in_features
+    assert stepper.model.options.aux == "none" and stepper.model.adapt[0].in_features == width
+    assert Stepper(job, mode="mtrm").model.adapt[0].in_features == width + 1
+    with pytest.raises(ValueError, match="complete_label_pass"):
+        Stepper(job, mode="mtrm", complete_label_pass="both")
