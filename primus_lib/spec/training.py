@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
@@ -10,6 +10,15 @@ from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import Duration
 
 TrainingMode = Literal["mtrm", "single_tower", "offline", "online", "offline_then_online"]
+CompleteLabelPass = Literal["off", "tower", "tables"]
+COMPLETE_LABEL_PASSES: tuple[str, ...] = get_args(CompleteLabelPass)
+
+
+def complete_label_pass_name(value: object) -> object:
+    """Spec files written before the pass had two kinds said true/false: still read, as tower/off."""
+    if isinstance(value, bool):
+        return "tower" if value else "off"
+    return value
 
 
 class SparseFeature(SpecModel):
@@ -55,7 +64,7 @@ class ModelSpec(SpecModel):
         description="MTRM: batch steps' gradient on the shared embeddings is scaled by this (the value seen is "
         "unchanged; 1: as the stream's; docs/training.md).",
     )
-    complete_label_pass: Literal["off", "tower", "tables"] = Field(
+    complete_label_pass: CompleteLabelPass = Field(
         "off",
         description="MTRM: batch rows (complete labels) also train the served adapt tower. tower: its weights "
         "only (tables detached); tables: its weights and, through it, the shared tables, which the memory "
@@ -67,13 +76,7 @@ class ModelSpec(SpecModel):
         "without gradient): its logit, its last hidden layer, both, or nothing.",
     )
 
-    @field_validator("complete_label_pass", mode="before")
-    @classmethod
-    def _pass_from_bool(cls, value: object) -> object:
-        """Spec files written before the pass had two kinds said true/false: still read."""
-        if isinstance(value, bool):
-            return "tower" if value else "off"
-        return value
+    _pass_from_bool = field_validator("complete_label_pass", mode="before")(complete_label_pass_name)
 
 
 class TrainingSpec(SpecModel):

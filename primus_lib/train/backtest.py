@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.training import COMPLETE_LABEL_PASSES
 from primus_lib.timegrid import parse_utc
 from primus_lib.train.eval_sources import EvalInputError
 from primus_lib.train.loop import Trainer
@@ -98,8 +99,8 @@ class RunConfig:
 def _complete_label_pass(value: str) -> str:
     """``second=``: off | tower | tables (1/true read as tower, 0/false as off, as in the spec)."""
     value = {"1": "tower", "true": "tower", "yes": "tower", "0": "off", "false": "off", "no": "off"}.get(value, value)
-    if value not in ("off", "tower", "tables"):
-        raise ValueError(f"--modes: second={value!r}: expected off, tower or tables")
+    if value not in COMPLETE_LABEL_PASSES:
+        raise ValueError(f"--modes: second={value!r}: expected one of {'|'.join(COMPLETE_LABEL_PASSES)}")
     return value
 
 

@@ -29,14 +29,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.training import COMPLETE_LABEL_PASSES, complete_label_pass_name
 from primus_lib.train import delayed, modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.model import ModelOptions, TwoTowerModel
 from primus_lib.train.modes import KINDS
 
-__all__ = ["COMPLETE_LABEL_PASSES", "KINDS", "StepResult", "Stepper"]
-
-COMPLETE_LABEL_PASSES = ("off", "tower", "tables")
+__all__ = ["KINDS", "StepResult", "Stepper"]
 
 
 @dataclass
@@ -73,8 +72,7 @@ class Stepper:
         if self.correction not in delayed.CORRECTIONS:
             raise ValueError(f"stream_correction: expected one of {delayed.CORRECTIONS}, got {self.correction!r}")
         second = spec.model.complete_label_pass if complete_label_pass is None else complete_label_pass
-        if isinstance(second, bool):
-            second = "tower" if second else "off"
+        second = complete_label_pass_name(second)
         if second not in COMPLETE_LABEL_PASSES:
             raise ValueError(f"complete_label_pass: expected one of {COMPLETE_LABEL_PASSES}, got {second!r}")
         self.second_pass = second if two else "off"
