@@ -70,6 +70,13 @@ class ModelSpec(SpecModel):
         "only (tables detached); tables: its weights and, through it, the shared tables, which the memory "
         "tower then reads without moving (docs/training.md).",
     )
+    complete_label_weight: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="MTRM: the complete-label pass's loss is weighted by this against the memory tower's (the "
+        "served tower has seen each batch row once already, on the stream; docs/training.md).",
+    )
     h_aux: Literal["logit", "hidden", "hidden+logit", "none"] = Field(
         "logit",
         description="MTRM: what the adapt tower gets from the memory tower (Algorithm 1's h_aux, computed "

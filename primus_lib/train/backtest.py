@@ -65,6 +65,7 @@ class RunConfig:
     corr: str | None = None  # MTRM's stream_correction (none | likelihood | soft)
     second: str | None = None  # MTRM's complete_label_pass: off | tower | tables (1/0: tower/off)
     bemb: float | None = None  # MTRM's batch_embedding_scale
+    cw: float | None = None  # MTRM's complete_label_weight
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -89,6 +90,7 @@ class RunConfig:
                 "corr": str,
                 "second": _complete_label_pass,
                 "bemb": float,
+                "cw": float,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -171,6 +173,7 @@ def run_one(
         stream_correction=config.corr,
         complete_label_pass=config.second,
         batch_embedding_scale=config.bemb,
+        complete_label_weight=config.cw,
     )
     global _STORE
     if store is None:

@@ -17,6 +17,9 @@ label (detached tower logits, its own Adam): still neither tower moves on the ot
 ``complete_label_pass`` (off by default) lets batch rows train the served adapt tower too:
 ``tower``, its weights only; ``tables``, its weights and the shared tables through it, the memory
 tower then reading the tables without moving them (they learn what the served tower learns from).
+Its loss is weighted by ``complete_label_weight``: the served tower has already trained on each
+batch row once, on the stream, and a full-weight second pass over the same impressions costs
+accuracy for a day or two after it starts (docs/training.md, "Sixth round").
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Stepper:
         stream_correction: str | None = None,
         complete_label_pass: str | bool | None = None,
         batch_embedding_scale: float | None = None,
+        complete_label_weight: float | None = None,
     ):
         spec = job.spec
         self.mode = mode or spec.training.mode
@@ -76,6 +80,10 @@ class Stepper:
         if second not in COMPLETE_LABEL_PASSES:
             raise ValueError(f"complete_label_pass: expected one of {COMPLETE_LABEL_PASSES}, got {second!r}")
         self.second_pass = second if two else "off"
+        weight = spec.model.complete_label_weight if complete_label_weight is None else complete_label_weight
+        if not 0 < weight <= 1:
+            raise ValueError(f"complete_label_weight: expected a number in (0, 1], got {weight!r}")
+        self.second_weight = weight
         self.blending = two and modes.served_output(self.mode, self.serve) == "blend"
         if self.blending:
             options = replace(options or ModelOptions(), blend=True)
@@ -154,7 +162,8 @@ class Stepper:
             return per_row, logit
         if self.second_pass != "off":  # the complete labels through the served path
             adapt_logit = self.model.adapt_forward(x if self.second_pass == "tables" else x.detach())[0]
-            per_row = per_row + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
+            second = F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
+            per_row = per_row + self.second_weight * second
         else:
             with torch.no_grad():
                 adapt_logit = self.model.adapt_forward(x.detach())[0]

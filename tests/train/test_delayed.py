@@ -143,6 +143,29 @@ def test_complete_label_pass_into_the_tables_moves_them_through_the_served_tower
     torch.testing.assert_close(whole, memory_only)  # "tower": the tables learn from the memory tower alone
 
 
+def test_complete_label_weight_scales_the_served_pass_alone_and_comes_from_the_spec(tiny):
+    _, job = tiny
+    batch = _batch(job, seed=1)
+
+    def parts(weight: float | None, spec_weight: float = 1.0):
+        model = job.spec.model.model_copy(update={"complete_label_weight": spec_weight})
+        weighted = job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
+        stepper = Stepper(weighted, mode="mtrm", complete_label_pass="tables", complete_label_weight=weight, seed=3)
+        x = stepper.tower_inputs("batch", batch)
+        per_row, memory_logit = stepper.forward_loss("batch", "memory", x, batch.labels)
+        memory = F.binary_cross_entropy_with_logits(memory_logit, batch.labels, reduction="none")
+        return stepper.second_weight, per_row.detach() - memory.detach()
+
+    _, full = parts(None)
+    weight, quarter = parts(0.25)
+    torch.testing.assert_close(quarter, 0.25 * full)  # the memory tower's own loss is not scaled
+    assert weight == 0.25 and parts(None, spec_weight=0.5)[0] == 0.5
+    with pytest.raises(ValueError, match="complete_label_weight"):
+        Stepper(job, mode="mtrm", complete_label_pass="tables", complete_label_weight=0.0)
+    with pytest.raises(ValueError, match="complete_label_weight"):
+        ModelSpec(memory_tower=[8], adapt_tower=[8], complete_label_weight=1.5)
+
+
 def test_h_aux_comes_from_the_spec_unless_an_option_overrides_it(tiny):
     _, job = tiny
     spec = job.spec.model_copy(update={"model": job.spec.model.model_copy(update={"h_aux": "none"})})
