@@ -57,7 +57,7 @@ from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
 from primus_lib.train.model import ModelOptions, TwoTowerModel
 from primus_lib.train.sharded_checkpoint import MODELS, prune_models
-from primus_lib.train.steps import StepResult
+from primus_lib.train.steps import StepResult, batch_rows_loss
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -194,10 +194,12 @@ class ShardedStepper:
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
-        if modes.two_towers(self.mode) and (self.serve == "blend" or spec.model.complete_label_pass != "off"):
-            raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend and "
-                                      "complete_label_pass need the replicated Stepper")  # fmt: skip
+        if modes.two_towers(self.mode) and self.serve == "blend":
+            raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend needs "
+                                      "the replicated Stepper")  # fmt: skip
         self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"
+        self.second_pass = spec.model.complete_label_pass if modes.two_towers(self.mode) else "off"
+        self.second_weight = spec.model.complete_label_weight
         both = self.embedding_updates == "both"  # one kind alone moving the tables: Adagrad is scale-free
         self.batch_emb_scale = spec.model.batch_embedding_scale if modes.two_towers(self.mode) and both else 1.0
         self.completeness = delayed.Completeness()  # not checkpointed here: re-estimated after a resume
@@ -263,6 +265,9 @@ class ShardedStepper:
         graph = self.graph_for(kind)
         self.model.train()
         params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
+        second = kind == "batch" and self.second_pass != "off"  # the complete labels through the served tower
+        if second:
+            params = [*params, *self.model.adapt_parameters()]
         for param in self.dense_parameters():
             param.grad = None
         real = batch is not None and batch.size > 0
@@ -281,6 +286,8 @@ class ShardedStepper:
         if graph == "adapt":  # MTRM's stream correction (delayed.py), as in the replicated Stepper
             logit, memory_logit = self.model.adapt_forward(x)
             per_row = delayed.stream_loss(self.correction, logit, labels, self.completeness.value, memory_logit)
+        elif kind == "batch":
+            per_row, logit, _ = batch_rows_loss(self.model, x, labels, self.second_pass, self.second_weight)
         else:
             logit = self.model.memory_forward(x)[0]
             per_row = nn.functional.binary_cross_entropy_with_logits(logit, labels, reduction="none")
@@ -289,6 +296,8 @@ class ShardedStepper:
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
         group.reduce_grads(params)
         self.optimizers[graph].step()
+        if second:
+            self.optimizers["adapt"].step()
         if not real:
             return None
         probs = torch.sigmoid(logit.detach()).cpu().numpy()

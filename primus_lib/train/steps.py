@@ -41,6 +41,23 @@ from primus_lib.train.modes import KINDS
 __all__ = ["KINDS", "StepResult", "Stepper"]
 
 
+def batch_rows_loss(
+    model: TwoTowerModel, x: torch.Tensor, labels: torch.Tensor, second_pass: str, weight: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """A batch minibatch's per-row loss on the memory tower (the only tower of one-tower modes)
+    and, with the complete-label pass, ``weight`` times the served adapt tower's on the same
+    complete labels. With ``tables`` the memory tower reads the tables without moving them.
+    Returns the loss, the memory logit and the adapt logit (None without the pass); shared by the
+    replicated and the DMP-sharded steppers."""
+    logit = model.memory_forward(x.detach() if second_pass == "tables" else x)[0]
+    per_row = F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
+    if second_pass == "off":
+        return per_row, logit, None
+    adapt_logit = model.adapt_forward(x if second_pass == "tables" else x.detach())[0]
+    second = F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
+    return per_row + weight * second, logit, adapt_logit
+
+
 @dataclass
 class StepResult:
     graph: str  # "memory" | "adapt"
@@ -154,20 +171,14 @@ class Stepper:
             logit, memory_logit = self.model.adapt_forward(x)
             c = self.completeness.value
             return delayed.stream_loss(self.correction, logit, labels, c, memory_logit), logit
-        # with the complete-label pass into the tables, the memory tower reads them without moving them
-        reads_only = kind == "batch" and self.second_pass == "tables"
-        logit = self.model.memory_forward(x.detach() if reads_only else x)[0]
-        per_row = F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
-        if kind != "batch" or not (self.blending or self.second_pass != "off"):
-            return per_row, logit
-        if self.second_pass != "off":  # the complete labels through the served path
-            adapt_logit = self.model.adapt_forward(x if self.second_pass == "tables" else x.detach())[0]
-            second = F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")
-            per_row = per_row + self.second_weight * second
-        else:
-            with torch.no_grad():
-                adapt_logit = self.model.adapt_forward(x.detach())[0]
+        if kind != "batch":
+            logit = self.model.memory_forward(x)[0]
+            return F.binary_cross_entropy_with_logits(logit, labels, reduction="none"), logit
+        per_row, logit, adapt_logit = batch_rows_loss(self.model, x, labels, self.second_pass, self.second_weight)
         if self.blending:
+            if adapt_logit is None:
+                with torch.no_grad():
+                    adapt_logit = self.model.adapt_forward(x.detach())[0]
             served = self.model.blend_logit(adapt_logit, logit)
             per_row = per_row + F.binary_cross_entropy_with_logits(served, labels, reduction="none")
         return per_row, logit
