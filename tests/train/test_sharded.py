@@ -300,7 +300,7 @@ def test_sharded_complete_label_pass_matches_one_process(spec_file, tmp_path):
     mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_tables), nprocs=2, join=True)
     reports = [json.loads((out / f"tables{r}.json").read_text()) for r in range(2)]
     assert all(moved for report in reports for _, moved in report["adapt_moves"])
-    _check_matches_one_process(spec_file, out, embedding_updates="both", steps=TABLES_STEPS, adapt=_tables_pass,
+    _check_matches_one_process(spec_file, out, embedding_updates="both", steps=TABLES_STEPS, configure=_tables_pass,
                               table_atol=TABLES_ATOL)  # fmt: skip
 
 
@@ -309,7 +309,7 @@ def _check_matches_one_process(
     out: Path,
     embedding_updates: str = "batch",
     steps: int = 24,
-    adapt=lambda job: job,
+    configure=lambda job: job,
     table_atol: float = 1e-4,
 ) -> None:
     """The sharded pair equals one replicated process stepping the union of both halves from the
@@ -318,7 +318,7 @@ def _check_matches_one_process(
     from primus_lib.train.model import ModelOptions
     from primus_lib.train.steps import Stepper
 
-    job = adapt(load_job(spec_file))
+    job = configure(load_job(spec_file))
     states = torch.load(out / "states.pt", weights_only=False)
     single = Stepper(job, options=ModelOptions(replicated=True), embedding_updates=embedding_updates)
     assert single.batch_emb_scale == (job.spec.model.batch_embedding_scale if embedding_updates == "both" else 1.0)
