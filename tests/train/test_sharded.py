@@ -5,6 +5,7 @@ data, and a DCP checkpoint round-trips into a freshly built sharded model."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -231,20 +232,24 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     assert not [p for p in (out / "checkpoints" / "sharded").iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def _run_both(rank: int, job, out: Path) -> None:
-    """The spec's default embedding policy (``both``, batch steps' table gradient scaled): steps only."""
+def _run_steps(rank: int, job, out: Path, steps: int = BOTH_STEPS, configure=lambda job: job) -> None:
+    """The spec's default embedding policy (``both``, batch steps' table gradient scaled) on the job
+    as ``configure`` leaves it: steps only, recording per step whether the tables and the served
+    (adapt) tower moved."""
     from primus_lib.train.sharded import ShardedStepper
 
-    stepper = ShardedStepper(job, embedding_updates="both")
-    initial, rng, moves = _full_state(stepper), np.random.default_rng(11), []
-    for step, kind in enumerate(KINDS[:BOTH_STEPS]):
+    stepper = ShardedStepper(configure(job), embedding_updates="both")
+    initial, rng, moves, adapt_moves = _full_state(stepper), np.random.default_rng(11), [], []
+    for step, kind in enumerate(KINDS[:steps]):
         batch, global_rows = _rank_batch(rng, rank, step, job.spec.features)
-        tables = _local_tables(stepper)
+        tables, adapt = _local_tables(stepper), _dense(stepper.model.adapt_parameters())
         stepper.step_synced(kind, batch, global_rows)
-        after = _local_tables(stepper)
+        after, adapt_now = _local_tables(stepper), stepper.model.adapt_parameters()
         moves.append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
+        adapt_moves.append([kind, not all(torch.equal(a, b) for a, b in zip(adapt, adapt_now, strict=True))])
     final = _full_state(stepper)
-    (out / f"both{rank}.json").write_text(json.dumps({"scale": stepper.batch_emb_scale, "moves": moves}))
+    report = {"scale": stepper.batch_emb_scale, "moves": moves, "adapt_moves": adapt_moves}
+    (out / f"steps{rank}.json").write_text(json.dumps(report))
     if rank == 0:
         torch.save({"initial": initial, "final": final}, out / "states.pt")
 
@@ -256,8 +261,8 @@ def test_sharded_two_ranks_match_one_process_with_both_embedding_updates(spec_fi
     out = tmp_path / "out"
     out.mkdir()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_both), nprocs=2, join=True)
-    reports = [json.loads((out / f"both{r}.json").read_text()) for r in range(2)]
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_steps), nprocs=2, join=True)
+    reports = [json.loads((out / f"steps{r}.json").read_text()) for r in range(2)]
     assert all(r["scale"] == 0.5 for r in reports)
     for kind in ("batch", "stream"):  # both kinds move some table somewhere
         assert any(moved for r in reports for k, moved in r["moves"] if k == kind)
@@ -273,32 +278,15 @@ def _tables_pass(job):
     return job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
 
 
-def _run_tables(rank: int, job, out: Path) -> None:
-    """The complete-label pass on the sharded model: steps only, and which steps moved the served tower."""
-    from primus_lib.train.sharded import ShardedStepper
-
-    stepper = ShardedStepper(_tables_pass(job), embedding_updates="both")
-    initial, rng, moves = _full_state(stepper), np.random.default_rng(11), []
-    for step, kind in enumerate(KINDS[:TABLES_STEPS]):
-        batch, global_rows = _rank_batch(rng, rank, step, job.spec.features)
-        adapt = _dense(stepper.model.adapt_parameters())
-        stepper.step_synced(kind, batch, global_rows)
-        now = stepper.model.adapt_parameters()
-        moves.append([kind, not all(torch.equal(a, b) for a, b in zip(adapt, now, strict=True))])
-    final = _full_state(stepper)
-    (out / f"tables{rank}.json").write_text(json.dumps({"adapt_moves": moves}))
-    if rank == 0:
-        torch.save({"initial": initial, "final": final}, out / "states.pt")
-
-
 def test_sharded_complete_label_pass_matches_one_process(spec_file, tmp_path):
     """``complete_label_pass: tables`` on the DMP-sharded model: batch steps train the served tower
     too, and the pair equals one replicated process (the loss is the replicated Stepper's)."""
     out = tmp_path / "out"
     out.mkdir()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_tables), nprocs=2, join=True)
-    reports = [json.loads((out / f"tables{r}.json").read_text()) for r in range(2)]
+    body = functools.partial(_run_steps, steps=TABLES_STEPS, configure=_tables_pass)
+    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), body), nprocs=2, join=True)
+    reports = [json.loads((out / f"steps{r}.json").read_text()) for r in range(2)]
     assert all(moved for report in reports for _, moved in report["adapt_moves"])
     _check_matches_one_process(spec_file, out, embedding_updates="both", steps=TABLES_STEPS, configure=_tables_pass,
                               table_atol=TABLES_ATOL)  # fmt: skip
