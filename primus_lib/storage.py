@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 REMOTE_SCHEMES = ("s3", "webhdfs")
+REREADS = 5  # reads of one HDFS file that another writer keeps replacing, before giving up
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -99,6 +100,15 @@ def _first_line(exc: BaseException | None) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _replaced_under_reader(exc: BaseException) -> bool:
+    """What fsspec's WebHDFS client raises when the file it opened was replaced or removed."""
+    return isinstance(exc, FileNotFoundError) or "out of the range" in str(exc)
+
+
+def _same_version(before: pafs.FileInfo, after: pafs.FileInfo) -> bool:
+    return (after.type, after.size, after.mtime) == (before.type, before.size, before.mtime)
+
+
 def scheme_of(uri: str) -> str:
     return uri.partition("://")[0].lower() if "://" in uri else "file"
 
@@ -147,13 +157,27 @@ class StorageLocation:
     # -- reading -------------------------------------------------------------------------------
     @_retried
     def read_bytes(self) -> bytes:
-        """The object's bytes; FileNotFoundError when it does not exist."""
+        """The object's bytes; FileNotFoundError when it does not exist.
+
+        On HDFS a file that ``put_atomic`` replaces while it is read (a registry heartbeat, a
+        checkpoint's LATEST) is read again: the WebHDFS client sizes its reads at open, so a
+        replacement of another length fails the read or cuts it short. S3 serves one GET whole."""
         import pyarrow.fs as pafs
 
-        if self.fs.get_file_info(self.path).type != pafs.FileType.File:
-            raise FileNotFoundError(str(self))
-        with self.fs.open_input_stream(self.path) as stream:
-            return stream.read()
+        for _ in range(REREADS):
+            before = self.fs.get_file_info(self.path)
+            if before.type != pafs.FileType.File:
+                raise FileNotFoundError(str(self))
+            try:
+                with self.fs.open_input_stream(self.path) as stream:
+                    data = stream.read()
+            except (RuntimeError, OSError) as exc:
+                if self.scheme != "webhdfs" or not _replaced_under_reader(exc):
+                    raise
+                continue
+            if self.scheme != "webhdfs" or _same_version(before, self.fs.get_file_info(self.path)):
+                return data
+        raise OSError(f"{self}: replaced while being read, {REREADS} times in a row")
 
     def read_text(self) -> str:
         return self.read_bytes().decode("utf-8")

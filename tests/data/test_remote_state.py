@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -172,3 +173,53 @@ def test_window_and_checkpoint_commit_on_hdfs(hdfs_cluster, monkeypatch):
     save_checkpoint(checkpoints, 5, {"w": 1}, {"mode": "mtrm"}, {"history": _table(4)})
     ckpt = load_latest(checkpoints)
     assert ckpt.step == 5 and ckpt.pending["history"].equals(_table(4))
+
+
+def test_a_file_replaced_while_it_is_read_on_hdfs_reads_as_one_whole_version(hdfs_cluster, monkeypatch):
+    """The executors' registry entries are replaced every heartbeat (delete + rename on HDFS) while
+    trainers read them: a read returns one version whole, or FileNotFoundError in the gap, never a
+    torn or failed read (the WebHDFS client sizes its reads when it opens the file)."""
+    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+    target = locate(hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/executors/realtime/1.json"))
+    versions = [b"x" * size for size in (236, 238, 1500)]
+    target.put_atomic(versions[0])
+    stop, replaced = threading.Event(), []
+
+    def keep_replacing() -> None:
+        while not stop.is_set():
+            target.put_atomic(versions[len(replaced) % len(versions)])
+            replaced.append(1)
+
+    writer = threading.Thread(target=keep_replacing)
+    writer.start()
+    seen, gaps = [], 0
+    try:
+        while len(replaced) < 80:
+            try:
+                seen.append(target.read_bytes())
+            except FileNotFoundError:
+                gaps += 1
+    finally:
+        stop.set()
+        writer.join(30)
+    print(f"\n{len(seen)} reads, {gaps} in the delete-rename gap, {len(replaced)} replacements")
+    assert seen and {len(data) for data in seen} <= {len(v) for v in versions}
+    assert all(data in versions for data in seen)
+
+
+def test_a_beating_executor_never_drops_out_of_the_registry_on_hdfs(hdfs_cluster, monkeypatch):
+    """Each heartbeat replaces the entry, which HDFS does by delete + rename: a trainer polling
+    in between must still see the executor (a missing entry reads as a dead executor)."""
+    from primus_lib.resources.discovery import SharedStateDiscovery
+
+    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+    directory = hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/executors/realtime")
+    executor = SharedStateDiscovery(directory, heartbeat=0.3, stale=30)
+    executor.register(1, "grpc://10.0.0.7:5000", {})
+    trainer = SharedStateDiscovery(directory, stale=30)
+    try:
+        polls = [trainer.locations() for _ in range(120)]
+    finally:
+        executor.unregister(1)
+    assert all(found == {1: "grpc://10.0.0.7:5000"} for found in polls), [p for p in polls if 1 not in p][:3]
+    assert trainer.locations() == {}
