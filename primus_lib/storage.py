@@ -212,19 +212,30 @@ class StorageLocation:
 
     def put_atomic(self, data: bytes) -> None:
         """Publish ``data`` whole or not at all: a commit point. S3: one PUT (an object is never
-        seen half-written); HDFS: a temp file renamed into place."""
+        seen half-written); HDFS: a temp file renamed over the target in one step, so a reader
+        finds the old version or the new one, never neither."""
         if self.scheme == "s3":
             self.write_bytes(data)
             return
         tmp = self.parent / f".{self.name}.tmp-{uuid.uuid4().hex[:8]}"
         tmp.write_bytes(data)
         try:
-            if self.exists():
-                self.delete()
-            self.fs.move(tmp.path, self.path)
+            if self.scheme == "webhdfs":
+                self._rename_over(tmp)
+            else:  # libhdfs' move does not overwrite
+                if self.exists():
+                    self.delete()
+                self.fs.move(tmp.path, self.path)
         except BaseException:
             tmp.delete()
             raise
+
+    @_retried
+    def _rename_over(self, source: StorageLocation) -> None:
+        """WebHDFS RENAME with ``renameoptions=OVERWRITE``: the NameNode's rename2, which replaces
+        the target atomically (fsspec's ``mv`` has no such option, hence its raw call)."""
+        client = self.fs.handler.fs
+        client._call("RENAME", method="put", path=source.path, destination=self.path, renameoptions="OVERWRITE")
 
     @_retried
     def delete(self) -> None:

@@ -119,7 +119,6 @@ def _alive(pid: int) -> bool:
 
 HEARTBEAT_SECONDS = 3.0  # an executor refreshes its shared-state entry this often
 STALE_SECONDS = 3 * HEARTBEAT_SECONDS  # an entry not refreshed for this long is a dead executor's
-REPLACE_GAP_SECONDS = 0.1  # how long a listed entry may be missing while HDFS replaces it
 WILDCARDS = ("0.0.0.0", "::", "[::]")  # a bind-everything address: advertise the host's name instead
 
 
@@ -193,23 +192,13 @@ class SharedStateDiscovery(ExecutorDiscovery):
             names = [e.name for e in self.directory.list() if not e.is_dir]
         out, now = {}, time.time()
         for name in sorted(n for n in names if n.endswith(".json") and not n.startswith(".")):
-            entry = self._read_entry(name)
-            if entry is not None and now - float(entry.get("heartbeat_at", 0)) <= self.stale:
+            try:
+                entry = json.loads((self.directory / name).read_text())
+            except (OSError, ValueError):
+                continue  # removed meanwhile (a clean stop)
+            if now - float(entry.get("heartbeat_at", 0)) <= self.stale:
                 out[int(entry["index"])] = entry
         return out
-
-    def _read_entry(self, name: str) -> dict | None:
-        """A listed entry, or None when it is gone. HDFS replaces a file by delete + rename, so a
-        beating executor's entry can be absent for a moment: look twice before dropping it."""
-        for look in range(2):
-            try:
-                return json.loads((self.directory / name).read_text())
-            except FileNotFoundError:
-                if look == 0:
-                    time.sleep(REPLACE_GAP_SECONDS)
-            except (OSError, ValueError):
-                return None  # torn or unreadable: the next beat rewrites it
-        return None
 
     def locations(self) -> dict[int, str]:
         return {i: e["location"] for i, e in sorted(self.entries().items())}
