@@ -55,6 +55,7 @@ def test_a_person_sees_the_primus_view_of_the_trained_windows(trained, browser, 
     windows = sorted(key.split("/", 1)[1] for key in trained.consumed)
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.set_default_timeout(TIMEOUT_MS)
+    expect.set_options(timeout=TIMEOUT_MS)  # expect waits 5 s by default; the grid can take longer
     shots = []
 
     # log in through the simple auth manager's form, as a person does
