@@ -57,6 +57,13 @@ class ModelSpec(SpecModel):
         description="MTRM's delayed-feedback correction of the stream (real-time) label on the adapt tower "
         "(docs/training.md).",
     )
+    soft_after_rows: int = Field(
+        0,
+        ge=0,
+        description="MTRM with stream_correction soft: use likelihood instead until the memory tower has trained "
+        "on this many complete-labelled (batch) rows; soft leans on the memory tower's odds, which a cold "
+        "start does not have yet (docs/training.md).",
+    )
     batch_embedding_scale: float = Field(
         0.5,
         ge=0,

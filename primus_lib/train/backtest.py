@@ -66,6 +66,7 @@ class RunConfig:
     second: str | None = None  # MTRM's complete_label_pass: off | tower | tables (1/0: tower/off)
     bemb: float | None = None  # MTRM's batch_embedding_scale
     cw: float | None = None  # MTRM's complete_label_weight
+    softafter: int | None = None  # MTRM's soft_after_rows (soft waits for this many memory-tower rows)
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -91,6 +92,7 @@ class RunConfig:
                 "second": _complete_label_pass,
                 "bemb": float,
                 "cw": float,
+                "softafter": int,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -174,6 +176,7 @@ def run_one(
         complete_label_pass=config.second,
         batch_embedding_scale=config.bemb,
         complete_label_weight=config.cw,
+        soft_after_rows=config.softafter,
     )
     global _STORE
     if store is None:

@@ -14,6 +14,9 @@ where the correction goes (``spec.model.stream_correction``):
   (``p_M``: the memory tower's estimate, learned on complete labels); it gets that soft target.
 - ``none``: plain BCE on the real-time label (Algorithm 1 as written).
 
+``spec.model.soft_after_rows`` delays ``soft`` until the memory tower has learned something
+(``correction_now``): a cold start uses ``likelihood`` first.
+
 ``c`` comes from the labels the trainer sees anyway (``Completeness``): running click rates of
 the stream's and the batch's minibatches, ``c = stream rate / batch rate``. No column beyond
 the label is needed, so any spec can use it.
@@ -85,6 +88,15 @@ def soft_targets(labels: torch.Tensor, memory_logit: torch.Tensor, c: float) -> 
     p = torch.sigmoid(memory_logit.detach())
     fake = p * (1 - c) / (1 - c * p).clamp_min(1e-6)
     return labels + (1 - labels) * fake
+
+
+def correction_now(correction: str, memory_rows: int, soft_after_rows: int) -> str:
+    """``soft`` leans on the memory tower's odds, which a cold start does not have: until the memory
+    tower has trained on ``soft_after_rows`` complete-labelled rows, ``likelihood`` (no memory tower
+    needed) stands in for it."""
+    if correction == "soft" and memory_rows < soft_after_rows:
+        return "likelihood"
+    return correction
 
 
 def stream_loss(

@@ -198,6 +198,8 @@ class ShardedStepper:
             raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend needs "
                                       "the replicated Stepper")  # fmt: skip
         self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"
+        self.soft_after_rows = spec.model.soft_after_rows
+        self.memory_rows = 0  # complete-labelled rows the memory tower has trained on (delayed.correction_now)
         self.second_pass = spec.model.complete_label_pass if modes.two_towers(self.mode) else "off"
         self.second_weight = spec.model.complete_label_weight
         both = self.embedding_updates == "both"  # one kind alone moving the tables: Adagrad is scale-free
@@ -285,7 +287,8 @@ class ShardedStepper:
             self.completeness.add(kind, clicks, int(rows))
         if graph == "adapt":  # MTRM's stream correction (delayed.py), as in the replicated Stepper
             logit, memory_logit = self.model.adapt_forward(x)
-            per_row = delayed.stream_loss(self.correction, logit, labels, self.completeness.value, memory_logit)
+            correction = delayed.correction_now(self.correction, self.memory_rows, self.soft_after_rows)
+            per_row = delayed.stream_loss(correction, logit, labels, self.completeness.value, memory_logit)
         elif kind == "batch":
             per_row, logit, _ = batch_rows_loss(self.model, x, labels, self.second_pass, self.second_weight)
         else:
@@ -298,6 +301,8 @@ class ShardedStepper:
         self.optimizers[graph].step()
         if second:
             self.optimizers["adapt"].step()
+        if kind == "batch":
+            self.memory_rows += global_rows
         if not real:
             return None
         probs = torch.sigmoid(logit.detach()).cpu().numpy()
@@ -357,7 +362,7 @@ class ShardedStepper:
         if isinstance(root, Path):  # S3/WebHDFS have no directories to make
             (root / MODELS).mkdir(parents=True, exist_ok=True)
         self.save_sharded(root / name, extra={"step": step})
-        return {"sharded_model": name}
+        return {"sharded_model": name, "memory_rows": self.memory_rows}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore from a reference ``checkpoint_state`` returned (collective, like every rank's
@@ -368,6 +373,7 @@ class ShardedStepper:
                 f"trainer (keys {sorted(state)}); resume it without ${SHARDING_ENV}=dmp"
             )
         self.load_sharded(self._root() / state["sharded_model"])
+        self.memory_rows = int(state.get("memory_rows", 0))
 
     def _root(self) -> Path | StorageLocation:
         if self.checkpoint_root is None:

@@ -83,6 +83,7 @@ class Stepper:
         complete_label_pass: str | bool | None = None,
         batch_embedding_scale: float | None = None,
         complete_label_weight: float | None = None,
+        soft_after_rows: int | None = None,
     ):
         spec = job.spec
         self.mode = mode or spec.training.mode
@@ -92,6 +93,11 @@ class Stepper:
         self.correction = (stream_correction or spec.model.stream_correction) if two else "none"
         if self.correction not in delayed.CORRECTIONS:
             raise ValueError(f"stream_correction: expected one of {delayed.CORRECTIONS}, got {self.correction!r}")
+        after = spec.model.soft_after_rows if soft_after_rows is None else soft_after_rows
+        if after < 0:
+            raise ValueError(f"soft_after_rows: expected a row count >= 0, got {after!r}")
+        self.soft_after_rows = after
+        self.memory_rows = 0  # complete-labelled rows the memory tower has trained on (soft_after_rows)
         second = spec.model.complete_label_pass if complete_label_pass is None else complete_label_pass
         second = complete_label_pass_name(second)
         if second not in COMPLETE_LABEL_PASSES:
@@ -152,6 +158,8 @@ class Stepper:
         loss.backward()  # the fused row-wise Adagrad updates the touched embedding rows here
         for optimizer in optimizers:
             optimizer.step()
+        if kind == "batch":
+            self.memory_rows += batch.size
         return StepResult(graph, float(loss.detach()), torch.sigmoid(logit.detach()).numpy())
 
     def tower_inputs(self, kind: str, batch: Batch) -> torch.Tensor:
@@ -170,7 +178,7 @@ class Stepper:
         if graph == "adapt":
             logit, memory_logit = self.model.adapt_forward(x)
             c = self.completeness.value
-            return delayed.stream_loss(self.correction, logit, labels, c, memory_logit), logit
+            return delayed.stream_loss(self.stream_correction(), logit, labels, c, memory_logit), logit
         if kind != "batch":
             logit = self.model.memory_forward(x)[0]
             return F.binary_cross_entropy_with_logits(logit, labels, reduction="none"), logit
@@ -182,6 +190,10 @@ class Stepper:
             served = self.model.blend_logit(adapt_logit, logit)
             per_row = per_row + F.binary_cross_entropy_with_logits(served, labels, reduction="none")
         return per_row, logit
+
+    def stream_correction(self) -> str:
+        """The correction of this stream step (``soft`` may wait: ``delayed.correction_now``)."""
+        return delayed.correction_now(self.correction, self.memory_rows, self.soft_after_rows)
 
     def stepped(self, kind: str, graph: str) -> list[torch.optim.Optimizer]:
         """The optimizers a minibatch of ``kind`` steps: its tower's, and the blend head's on batch steps."""
@@ -224,6 +236,8 @@ class Stepper:
             optimizer.step()
         if update_emb and self.sparse is not None:
             self.sparse.step()
+        if kind == "batch":
+            self.memory_rows += global_rows
         return result
 
     @torch.no_grad()
@@ -245,6 +259,7 @@ class Stepper:
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "sparse_optimizer": self.sparse_optimizer().state_dict(),
             "completeness": self.completeness.state_dict(),
+            "memory_rows": self.memory_rows,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -254,6 +269,7 @@ class Stepper:
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
         if "completeness" in state:  # checkpoints from before the stream correction have none
             self.completeness.load_state_dict(state["completeness"])
+        self.memory_rows = int(state.get("memory_rows", 0))
 
     def sparse_optimizer(self):
         if self.sparse is not None:

@@ -109,6 +109,7 @@ def test_run_config_parsing():
         True,
         0.003,
     )
+    assert RunConfig.parse("mtrm[corr=soft,softafter=72000]").softafter == 72000
     with pytest.raises(ValueError, match="unknown key"):
         RunConfig.parse("mtrm[bogus=1]")
     with pytest.raises(ValueError, match="MODE"):

@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional as F
 
 from primus_lib.spec.training import ModelSpec
-from primus_lib.train.delayed import Completeness, likelihood_loss, soft_targets, stream_loss
+from primus_lib.train.delayed import Completeness, correction_now, likelihood_loss, soft_targets, stream_loss
 from primus_lib.train.steps import Stepper
 from tests.train.test_steps import _batch, _equal, _snapshot, _tables
 
@@ -79,6 +79,43 @@ def test_spec_options_default_and_refuse_unknown_values():
     assert ModelSpec(memory_tower=[8], adapt_tower=[8], complete_label_pass=True).complete_label_pass == "tower"
     with pytest.raises(ValueError, match="stream_correction"):
         ModelSpec(memory_tower=[8], adapt_tower=[8], stream_correction="fnw")
+
+
+def test_soft_waits_for_the_memory_tower_rows():
+    assert [correction_now("soft", rows, 100) for rows in (0, 99, 100, 5000)] == ["likelihood"] * 2 + ["soft"] * 2
+    assert correction_now("soft", 0, 0) == "soft"  # the default: soft from the first step
+    assert correction_now("none", 0, 100) == "none" and correction_now("likelihood", 500, 100) == "likelihood"
+    with pytest.raises(ValueError, match="soft_after_rows"):
+        ModelSpec(memory_tower=[8], adapt_tower=[8], soft_after_rows=-1)
+
+
+def test_stepper_uses_likelihood_until_the_memory_tower_saw_soft_after_rows(tiny):
+    """A stream step's loss is likelihood's until ``soft_after_rows`` batch rows trained the memory
+    tower (64-row batches: two), soft's after; the count survives a checkpoint."""
+    _, job = tiny
+
+    def stream_losses(correction: str, after: int) -> list[float]:
+        stepper = Stepper(job, mode="mtrm", stream_correction=correction, soft_after_rows=after, seed=3)
+        losses = []
+        for step in range(3):
+            stepper.step("batch", _batch(job, seed=10 + step))
+            losses.append(stepper.step("stream", _batch(job, seed=20 + step)).loss)
+        assert stepper.memory_rows == 3 * 64
+        return losses
+
+    waiting, likelihood, soft = stream_losses("soft", 128), stream_losses("likelihood", 0), stream_losses("soft", 0)
+    assert waiting[0] == likelihood[0] and waiting[0] != soft[0]  # 64 rows seen: still likelihood
+    # 128 rows seen: soft, on the very model the likelihood run has at that step (its steps were the same)
+    assert waiting[1] != likelihood[1]
+    stepper = Stepper(job, mode="mtrm", soft_after_rows=128)
+    stepper.step("batch", _batch(job, seed=1))
+    assert stepper.stream_correction() == "likelihood"
+    stepper.step("batch", _batch(job, seed=2))
+    assert stepper.stream_correction() == "soft"
+    clone = Stepper(job, mode="mtrm", soft_after_rows=128)
+    clone.load_state_dict(stepper.state_dict())
+    assert clone.memory_rows == 128 and clone.stream_correction() == "soft"
+    assert Stepper(job, mode="mtrm").soft_after_rows == job.spec.model.soft_after_rows == 0
 
 
 def test_blend_head_moves_on_batch_steps_only(tiny):

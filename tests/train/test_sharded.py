@@ -270,10 +270,11 @@ def test_sharded_two_ranks_match_one_process_with_both_embedding_updates(spec_fi
 
 
 def _tables_pass(job):
-    """MTRM with the complete-label pass into the tables at half weight (docs/training.md, "Sixth round")."""
+    """MTRM with the complete-label pass into the tables at half weight (docs/training.md, "Sixth round");
+    the soft correction waits for two batch steps, so the stream steps use likelihood, then soft."""
     model = job.spec.model.model_copy(
         update={"complete_label_pass": "tables", "complete_label_weight": 0.5, "h_aux": "none",
-                "batch_embedding_scale": 1.0}
+                "batch_embedding_scale": 1.0, "soft_after_rows": 2 * ROWS}
     )  # fmt: skip
     return job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
 
