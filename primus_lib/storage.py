@@ -221,7 +221,7 @@ class StorageLocation:
         tmp.write_bytes(data)
         try:
             if self.scheme == "webhdfs":
-                self._rename_over(tmp)
+                self._rename_over(tmp, data)
             else:  # libhdfs' move does not overwrite
                 if self.exists():
                     self.delete()
@@ -231,11 +231,18 @@ class StorageLocation:
             raise
 
     @_retried
-    def _rename_over(self, source: StorageLocation) -> None:
+    def _rename_over(self, source: StorageLocation, data: bytes) -> None:
         """WebHDFS RENAME with ``renameoptions=OVERWRITE``: the NameNode's rename2, which replaces
-        the target atomically (fsspec's ``mv`` has no such option, hence its raw call)."""
+        the target atomically (fsspec's ``mv`` has no such option, hence its raw call).
+
+        Asked again after an outage, the source may be gone because the first rename landed and only
+        its answer was lost: done when the target holds ``data``."""
         client = self.fs.handler.fs
-        client._call("RENAME", method="put", path=source.path, destination=self.path, renameoptions="OVERWRITE")
+        try:
+            client._call("RENAME", method="put", path=source.path, destination=self.path, renameoptions="OVERWRITE")
+        except FileNotFoundError:
+            if source.exists() or not self.exists() or self.read_bytes() != data:
+                raise
 
     @_retried
     def delete(self) -> None:

@@ -222,3 +222,27 @@ def test_a_beating_executor_never_drops_out_of_the_registry_on_hdfs(hdfs_cluster
         executor.unregister(1)
     assert all(found == {1: "grpc://10.0.0.7:5000"} for found in polls), [p for p in polls if 1 not in p][:3]
     assert trainer.locations() == {}
+
+
+def test_a_rename_whose_answer_was_lost_is_not_reported_failed_on_hdfs(hdfs_cluster, monkeypatch):
+    """The NameNode renamed, then the connection dropped before the answer: the retry finds no temp
+    file, and the entry it published must count as published, not as an error."""
+    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+    monkeypatch.setenv("PRIMUS_STORAGE_RETRY_S", "30")
+    target = locate(hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/checkpoints/LATEST"))
+    target.put_atomic(b"step-1")
+    client = target.fs.handler.fs
+    real_call, lost = client._call, []
+
+    def answer_lost_once(op, *args, **kwargs):
+        response = real_call(op, *args, **kwargs)
+        if op == "RENAME" and not lost:
+            lost.append(kwargs["destination"])
+            raise ConnectionError("connection reset by peer (the rename's answer)")
+        return response
+
+    monkeypatch.setattr(client, "_call", answer_lost_once)
+    target.put_atomic(b"step-2")
+    assert lost == [target.path]  # the first answer was lost, the call was asked again
+    assert target.read_bytes() == b"step-2"
+    assert [entry.name for entry in target.parent.list()] == ["LATEST"]
