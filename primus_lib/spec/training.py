@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import Duration
@@ -12,6 +12,8 @@ from primus_lib.spec.types import Duration
 TrainingMode = Literal["mtrm", "single_tower", "offline", "online", "offline_then_online"]
 CompleteLabelPass = Literal["off", "tower", "tables"]
 COMPLETE_LABEL_PASSES: tuple[str, ...] = get_args(CompleteLabelPass)
+AdaptInit = Literal["independent", "memory"]
+ADAPT_INITS: tuple[str, ...] = get_args(AdaptInit)
 
 
 def complete_label_pass_name(value: object) -> object:
@@ -90,7 +92,23 @@ class ModelSpec(SpecModel):
         "without gradient): its logit, its last hidden layer, both, or nothing.",
     )
 
+    adapt_init: AdaptInit = Field(
+        "independent",
+        description="MTRM: the adapt tower's initial weights: drawn on their own, or a copy of the memory tower's "
+        "(h_aux inputs at zero weight; needs adapt_tower equal to memory_tower), so the served tower starts where "
+        "a single tower of the same seed starts (docs/training.md, tenth round).",
+    )
+
     _pass_from_bool = field_validator("complete_label_pass", mode="before")(complete_label_pass_name)
+
+    @model_validator(mode="after")
+    def _adapt_init_shapes(self) -> ModelSpec:
+        if self.adapt_init == "memory" and self.adapt_tower != self.memory_tower:
+            raise ValueError(
+                f"adapt_init: memory copies the memory tower's weights: adapt_tower must equal memory_tower "
+                f"({self.memory_tower}), got {self.adapt_tower}"
+            )
+        return self
 
 
 class TrainingSpec(SpecModel):

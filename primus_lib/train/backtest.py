@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
-from primus_lib.spec.training import COMPLETE_LABEL_PASSES
+from primus_lib.spec.training import ADAPT_INITS, COMPLETE_LABEL_PASSES
 from primus_lib.timegrid import parse_utc
 from primus_lib.train.eval_sources import EvalInputError
 from primus_lib.train.loop import Trainer
@@ -67,6 +67,7 @@ class RunConfig:
     bemb: float | None = None  # MTRM's batch_embedding_scale
     cw: float | None = None  # MTRM's complete_label_weight
     softafter: int | None = None  # MTRM's soft_after_rows (soft waits for this many memory-tower rows)
+    init: str | None = None  # MTRM's adapt_init: independent | memory
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -93,6 +94,7 @@ class RunConfig:
                 "bemb": float,
                 "cw": float,
                 "softafter": int,
+                "init": _adapt_init,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -105,6 +107,13 @@ def _complete_label_pass(value: str) -> str:
     value = {"1": "tower", "true": "tower", "yes": "tower", "0": "off", "false": "off", "no": "off"}.get(value, value)
     if value not in COMPLETE_LABEL_PASSES:
         raise ValueError(f"--modes: second={value!r}: expected one of {'|'.join(COMPLETE_LABEL_PASSES)}")
+    return value
+
+
+def _adapt_init(value: str) -> str:
+    """``init=``: independent | memory (``spec.model.adapt_init``)."""
+    if value not in ADAPT_INITS:
+        raise ValueError(f"--modes: init={value!r}: expected one of {'|'.join(ADAPT_INITS)}")
     return value
 
 
@@ -205,16 +214,18 @@ def run_one(
 
 
 def _configured(job: PrimusJob, config: RunConfig) -> PrimusJob:
-    """The job with the run's tower sizes and priority weights."""
+    """The job with the run's tower sizes, adapt tower start and priority weights."""
     spec = job.spec
     update: dict = {}
+    model: dict = {}
     if config.adapt or config.memory:
-        update["model"] = spec.model.model_copy(
-            update={
-                "adapt_tower": config.adapt or spec.model.adapt_tower,
-                "memory_tower": config.memory or spec.model.memory_tower,
-            }
+        model.update(
+            adapt_tower=config.adapt or spec.model.adapt_tower, memory_tower=config.memory or spec.model.memory_tower
         )
+    if config.init is not None:
+        model["adapt_init"] = config.init
+    if model:  # validated as a spec file's model block would be
+        update["model"] = type(spec.model).model_validate({**spec.model.model_dump(), **model})
     if config.prio is not None:
         weights = {job.batch_streams[0].name: 1.0, job.stream_streams[0].name: config.prio}
         update["training"] = spec.training.model_copy(update={"priority": weights})

@@ -102,11 +102,26 @@ class TwoTowerModel(nn.Module):
                 raise ValueError(f"model option aux: expected one of {sorted(aux)}, got {self.options.aux!r}")
             self.adapt = mlp([width + aux[self.options.aux], *spec.adapt_tower])
             self.adapt_head = nn.Linear(spec.adapt_tower[-1], 1)
+            if spec.adapt_init == "memory":
+                self.start_adapt_as_memory()
             if self.options.blend:
                 self.blend = nn.Linear(2, 1)  # starts as the adapt tower alone: a = 1, b = 0, bias = 0
                 with torch.no_grad():
                     self.blend.weight.copy_(torch.tensor([[1.0, 0.0]]))
                     self.blend.bias.zero_()
+
+    @torch.no_grad()
+    def start_adapt_as_memory(self) -> None:
+        """``adapt_init: memory``: the adapt tower starts as the memory tower, the ``h_aux`` inputs (the
+        last columns of its first layer) at zero weight. A single tower of the same seed draws the same
+        tables and memory-tower weights, so MTRM's served tower starts where it starts: a paired
+        comparison then measures the training, not two draws of the initial weights."""
+        for src, dst in zip(self.memory, self.adapt, strict=True):
+            if isinstance(src, nn.Linear):
+                dst.weight.zero_()
+                dst.weight[:, : src.in_features].copy_(src.weight)
+                dst.bias.copy_(src.bias)
+        self.adapt_head.load_state_dict(self.memory_head.state_dict())
 
     def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
         pooled = self.embeddings(sparse)

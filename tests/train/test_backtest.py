@@ -110,6 +110,9 @@ def test_run_config_parsing():
         0.003,
     )
     assert RunConfig.parse("mtrm[corr=soft,softafter=72000]").softafter == 72000
+    assert RunConfig.parse("mtrm[init=memory]").init == "memory"
+    with pytest.raises(ValueError, match="init='copy': expected one of independent|memory"):
+        RunConfig.parse("mtrm[init=copy]")
     with pytest.raises(ValueError, match="unknown key"):
         RunConfig.parse("mtrm[bogus=1]")
     with pytest.raises(ValueError, match="MODE"):
