@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import torch
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
@@ -247,6 +248,11 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
     end = options.end or job.spec.timer.end
     if end is None:
         raise EvalInputError("the spec's timer is open-ended: give --end")
+    for run in options.runs:  # a run's spec change that cannot hold fails before any data is generated
+        try:
+            _configured(job, run)
+        except ValidationError as exc:
+            raise EvalInputError(f"--modes: {run.name}: {exc.errors()[0]['msg']}") from exc
     options.out.mkdir(parents=True, exist_ok=True)
     report = Report(options.out, [r.name for r in options.runs])
     timelines: dict[int, Timeline] = {}

@@ -7,7 +7,8 @@ import torch
 from pydantic import ValidationError
 
 from primus_lib.spec.training import ModelSpec
-from primus_lib.train.backtest import RunConfig, _configured
+from primus_lib.train.backtest import BacktestOptions, RunConfig, _configured, run_backtest
+from primus_lib.train.eval_sources import EvalInputError
 from primus_lib.train.steps import Stepper
 
 from .test_steps import _batch
@@ -55,3 +56,12 @@ def test_adapt_init_memory_needs_equal_tower_sizes():
     with pytest.raises(ValidationError, match="adapt_tower must equal memory_tower"):
         ModelSpec(memory_tower=[16, 8], adapt_tower=[8], adapt_init="memory")
     assert ModelSpec(memory_tower=[16, 8], adapt_tower=[8]).adapt_init == "independent"
+
+
+def test_eval_rejects_adapt_init_memory_with_unequal_towers_before_any_data(tiny, tmp_path):
+    _, job = tiny
+    runs = [RunConfig.parse("mtrm[init=memory]")]  # the tiny spec's towers are 32-16 and 16-8
+    options = BacktestOptions(out=tmp_path / "out", data=None, runs=runs, seeds=[0], data_seeds=True)
+    with pytest.raises(EvalInputError, match=r"mtrm\[init=memory\]: .*adapt_tower must equal memory_tower"):
+        run_backtest(job, options)
+    assert not (tmp_path / "out").exists()
