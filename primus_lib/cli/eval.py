@@ -33,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--rows-per-hour", type=int, default=3000, help="with --data-seeds: impressions per hour")
     parser.add_argument("--world", help="with --data-seeds: datagen world overrides key=value,...")
+    parser.add_argument(
+        "--model-seed-offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the model's seed is the seed plus N (with --data-seeds: another start on the same data)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr (results still on stdout)")
     parser.set_defaults(handler=run)

@@ -132,6 +132,7 @@ class BacktestOptions:
     rows_per_hour: int = 3000
     spec_path: Path | None = None
     world: str | None = None  # datagen overrides for --data-seeds
+    model_seed_offset: int = 0  # the model's seed is the seed plus this (other starts on the same data)
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace, data: str | None) -> BacktestOptions:
@@ -151,6 +152,7 @@ class BacktestOptions:
             rows_per_hour=args.rows_per_hour,
             spec_path=Path(args.spec),
             world=args.world,
+            model_seed_offset=_model_seed_offset(args.model_seed_offset),
         )
 
 
@@ -167,10 +169,10 @@ class RunResult:
 
 def run_one(
     job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None,
-    on_hour: Callable[[datetime, dict | None], None] | None = None,
+    on_hour: Callable[[datetime, dict | None], None] | None = None, model_seed: int | None = None,
 ) -> RunResult:  # fmt: skip
     """One mode, one seed: the trainer loop over the timeline's hours; ``on_hour(hour, score or None)``
-    after each hour."""
+    after each hour. ``model_seed`` (default ``seed``) draws the model's start; the result keeps ``seed``."""
     began = time.perf_counter()
     job = _configured(job, config)
     stepper = Stepper(
@@ -181,7 +183,7 @@ def run_one(
         serve=config.serve,
         learning_rate=config.lr,
         sparse_learning_rate=config.sparse_lr,
-        seed=seed,
+        seed=seed if model_seed is None else model_seed,
         stream_correction=config.corr,
         complete_label_pass=config.second,
         batch_embedding_scale=config.bemb,
@@ -280,7 +282,7 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
             on_hour = None
             if observer is not None:
                 on_hour = functools.partial(observer.hour, config.name, seed)
-            result = run_one(job, timeline, config, seed, on_hour=on_hour)
+            result = run_one(job, timeline, config, seed, on_hour=on_hour, model_seed=seed + options.model_seed_offset)
             report.add(result)
             line = (f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
                     f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s")  # fmt: skip
@@ -290,6 +292,14 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
                 print(line, flush=True)
     report.write(job, start, end, timelines[next(iter(timelines))], options)
     return report
+
+
+def _model_seed_offset(value: int | None) -> int:
+    if value is None:
+        return 0
+    if value < 0:
+        raise ValueError(f"--model-seed-offset: {value}: expected a whole number >= 0")
+    return value
 
 
 def _load(options: BacktestOptions, job: PrimusJob, data: Path | None) -> PrimusJob:

@@ -86,6 +86,7 @@ class Report:
             "lag_hours": timeline.lag_hours,
             "label": "complete (clicks joined later); the stream trains on the real-time label",
             "data_seeds": options.data_seeds,
+            "model_seed_offset": options.model_seed_offset,
             "modes": self.summary(),
             "mtrm_auc_minus": self.paired(),
             "windows": self.windows(),

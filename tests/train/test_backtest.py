@@ -45,6 +45,23 @@ def test_eval_writes_report_for_every_mode(tiny, tmp_path, capsys):
     assert "mtrm - single_tower" in table and "offline_then_online" in table
 
 
+def test_model_seed_offset_draws_another_start_on_the_same_data(tiny, tmp_path, capsys):
+    """--model-seed-offset N: seed s is scored on seed s's data with the model of seed s + N."""
+    spec, _ = tiny
+    common = [str(spec), "--modes", "single_tower", "--eval-from", "2026-11-01T03:00:00Z", "-q"]
+    assert main(["eval", *common, "--seeds", "0", "--model-seed-offset", "7", "--out", str(tmp_path / "a")]) == 0
+    assert main(["eval", *common, "--seeds", "7", "--out", str(tmp_path / "b")]) == 0
+    assert main(["eval", *common, "--seeds", "0", "--out", str(tmp_path / "c")]) == 0
+    shifted, seven, zero = (json.loads((tmp_path / d / "report.json").read_text()) for d in "abc")
+    assert shifted["model_seed_offset"] == 7 and zero["model_seed_offset"] == 0
+    assert shifted["modes"]["single_tower"]["seeds"] == [0]
+    assert shifted["modes"]["single_tower"]["auc"] == seven["modes"]["single_tower"]["auc"]
+    assert shifted["modes"]["single_tower"]["auc"] != zero["modes"]["single_tower"]["auc"]
+    capsys.readouterr()
+    assert main(["eval", *common, "--seeds", "0", "--model-seed-offset", "-1", "--out", str(tmp_path / "d")]) == 2
+    assert "--model-seed-offset: -1: expected a whole number >= 0" in capsys.readouterr().err
+
+
 def _flip_labels(table: pa.Table, label: str) -> pa.Table:
     """The same rows with the training label inverted (0 <-> 1)."""
     column = table.column(label)
