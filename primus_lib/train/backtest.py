@@ -294,9 +294,7 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
     return report
 
 
-def _model_seed_offset(value: int | None) -> int:
-    if value is None:
-        return 0
+def _model_seed_offset(value: int) -> int:
     if value < 0:
         raise ValueError(f"--model-seed-offset: {value}: expected a whole number >= 0")
     return value
