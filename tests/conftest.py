@@ -4,11 +4,15 @@ Each real server has its own fixture module under tests/fixtures/. A test that u
 fixture gets that server's marker (and ``integration``) automatically, so
 ``pytest -m "kafka or hdfs"`` selects exactly the tests that talk to those servers. Under CI a
 skipped test fails the run: a server that could not be started is a failure, never a skip.
+Hypothesis runs without deadlines (the "primus" profile).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
+from hypothesis import settings
 
 from tests.fixtures._require import in_ci
 
@@ -39,6 +43,11 @@ SERVER_FIXTURES: dict[str, str] = {
 }
 SERVER_MARKERS = sorted(set(SERVER_FIXTURES.values()))
 
+# No per-example deadline: property tests check results, never our speed, and a loaded 2-core CI
+# machine makes Hypothesis' 200 ms default flaky. Printing the blob lets CI failures be replayed.
+settings.register_profile("primus", deadline=None, print_blob=True)
+settings.load_profile("primus")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -49,9 +58,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Under CI a skip is a failure: nothing the suite needs may be silently absent."""
+def _ci_failure(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip into a failure under CI: nothing the suite needs may be silently absent. Done
+    inside the report's making, so pytest counts (and summarises) a failure, never a skip."""
     if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
         report.longrepr = f"skipped under CI (a skip is a failure there): {reason}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield  # made by pytest's own implementations (xfail's wrapper included: wasxfail is set)
+    _ci_failure(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield  # a module-level pytest.skip(allow_module_level=True) or importorskip
+    _ci_failure(report)
+    return report
