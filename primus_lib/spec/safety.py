@@ -1,37 +1,36 @@
 """Checks against hostile values: paths that leave their declared roots, names that would
-become paths or shell words, and sizes that would exhaust a cluster.
+become paths, shell words or other systems' names, and sizes that would exhaust a cluster.
 
 A spec is input from people and from ``${VAR}`` expansion; a value that parses is not yet a
-value that is safe to turn into a path, a topic or a thousand processes. These bounds live
-here (not in the field types) so the generated CRD stays as it is.
+value that is safe to turn into a path, a topic, a pod or a thousand processes. These bounds
+live here (not in the field types) so the generated CRD stays as it is. A role's ``command`` is
+the one free-form value that reaches a process: every backend runs it in exec form (no shell),
+and the Kubernetes manifests escape its ``$`` (manifests.literal), so it is refused only a NUL.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from datetime import timedelta
 
+from primus_lib.spec import names
 from primus_lib.spec.errors import Problem, describe
 from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.names import has_control
 
 MAX_REPLICAS = 1000  # per role: more is a typo or an attack, not a job
 MAX_GPUS = 16  # per replica: no machine has more
 MAX_BUCKETS = 2**31 - 1  # embedding rows per sparse feature (int32 row ids)
 MAX_EMBEDDING_DIM = 4096
 MAX_BATCH_SIZE = 2**20
-ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")  # becomes process, pod and directory names
-KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule for topic names
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def has_control(text: str) -> bool:
-    """A newline, tab, NUL or other control character: never part of a path, name or URL."""
-    return _CONTROL.search(text) is not None
+__all__ = ["check_safety", "has_control"]
 
 
 def check_safety(job: PrimusJob) -> Iterator[Problem]:
     yield from _paths(job)
+    yield from _kubernetes(job)
+    yield from _roles(job)
+    yield from _clusters(job)
     yield from _sizes(job)
     yield from _intervals(job)
 
@@ -51,15 +50,15 @@ def _paths(job: PrimusJob) -> Iterator[Problem]:
                 yield from _file_name(source.success_marker, f"{base}.success_marker", "a file name")
             if source.kafka is not None:
                 kafka = source.kafka
-                if not KAFKA_TOPIC.match(kafka.topic) or kafka.topic in {".", ".."}:
+                if not names.is_topic(kafka.topic):
                     yield Problem(f"{base}.kafka.topic", "a Kafka topic name of [A-Za-z0-9._-]", describe(kafka.topic))
                 for name in ("bootstrap_servers", "group_id"):
                     value = getattr(kafka, name)
                     if value is not None and has_control(value):
                         yield Problem(f"{base}.kafka.{name}", "a value without control characters", describe(value))
-    for name in job.spec.resources.roles:
-        if not ROLE_NAME.match(name):
-            yield Problem(f"spec.resources.roles.{name}", f"a role name matching {ROLE_NAME.pattern}", describe(name))
+                yield from _connection(kafka.connection_id, f"{base}.kafka.connection_id")
+            yield from _connection(source.connection_id, f"{base}.connection_id")
+    yield from _connection(job.spec.storage.connection_id, "spec.storage.connection_id")
 
 
 def _path_like(value: str, path: str, what: str) -> Iterator[Problem]:
@@ -68,6 +67,78 @@ def _path_like(value: str, path: str, what: str) -> Iterator[Problem]:
     _, _, rest = value.rpartition("://")
     if ".." in rest.split("?", 1)[0].split("/"):
         yield Problem(path, f"{what} without '..' segments (name the directory itself, absolute)", describe(value))
+
+
+def _kubernetes(job: PrimusJob) -> Iterator[Problem]:
+    """Namespaces and labels reach the API server's objects as they are."""
+    namespaces = [
+        ("metadata.namespace", job.metadata.namespace),
+        ("spec.resources.namespace", job.spec.resources.namespace),
+    ]
+    namespaces += [
+        (f"spec.resources.clusters[{i}].namespace", c.namespace) for i, c in enumerate(job.spec.resources.clusters)
+    ]
+    for path, value in namespaces:
+        if value is not None and not names.matches(names.DNS_LABEL, value):
+            yield Problem(path, "a Kubernetes namespace (RFC 1123 label: a-z, 0-9, '-', at most 63)", describe(value))
+    for key, value in job.metadata.labels.items():
+        if not names.is_label_key(key):
+            yield Problem(
+                _member("metadata.labels", key),
+                "a label key ([PREFIX/]NAME: A-Z, a-z, 0-9, '-_.', at most 63)",
+                describe(key),
+            )
+        elif not names.matches(names.LABEL_VALUE, value):
+            yield Problem(
+                _member("metadata.labels", key), "a label value (A-Z, a-z, 0-9, '-_.', at most 63)", describe(value)
+            )
+    for key in job.metadata.annotations:
+        if not names.is_label_key(key):
+            yield Problem(_member("metadata.annotations", key), "an annotation key ([PREFIX/]NAME)", describe(key))
+
+
+def _roles(job: PrimusJob) -> Iterator[Problem]:
+    for name, role in job.spec.resources.roles.items():
+        base = _member("spec.resources.roles", name)
+        if not names.matches(names.ROLE_NAME, name):
+            yield Problem(base, f"a role name matching ^{names.ROLE_NAME.pattern}$", describe(name))
+        if role.image is not None and not names.is_image(role.image):
+            yield Problem(
+                f"{base}.image", "a container image like registry:5000/team/name:tag[@sha256:...]", describe(role.image)
+            )
+        for i, part in enumerate(role.command or []):
+            if "\x00" in part:
+                yield Problem(
+                    f"{base}.command[{i}]", "an argument without NUL (no process can take one)", describe(part)
+                )
+
+
+def _clusters(job: PrimusJob) -> Iterator[Problem]:
+    for i, cluster in enumerate(job.spec.resources.clusters):
+        base = f"spec.resources.clusters[{i}]"
+        if not names.matches(names.CLUSTER_NAME, cluster.name):
+            yield Problem(f"{base}.name", "a cluster name (A-Z, a-z, 0-9, '-_.', at most 63)", describe(cluster.name))
+        for field in ("context", "kubeconfig"):
+            value = getattr(cluster, field)
+            if value is not None and has_control(value):
+                yield Problem(f"{base}.{field}", "a value without control characters", describe(value))
+        rm = cluster.resource_manager
+        if rm is not None and (not rm.startswith(("http://", "https://")) or has_control(rm) or " " in rm):
+            yield Problem(f"{base}.resource_manager", "an http(s)://HOST:PORT URL of the ResourceManager", describe(rm))
+        if not names.matches(names.YARN_QUEUE, cluster.queue):
+            yield Problem(
+                f"{base}.queue", "a YARN queue name or path (A-Z, a-z, 0-9, '-_', '.' between)", describe(cluster.queue)
+            )
+
+
+def _member(path: str, key: str) -> str:
+    """The path of a mapping's member; a key with a control character in brackets, escaped (one line)."""
+    return f"{path}[{key!r}]" if has_control(key) else f"{path}.{key}"
+
+
+def _connection(value: str | None, path: str) -> Iterator[Problem]:
+    if value is not None and not names.matches(names.CONNECTION_ID, value):
+        yield Problem(path, "an Airflow connection id (A-Z, a-z, 0-9, '_.-')", describe(value))
 
 
 def _authority(uri: str, path: str) -> Iterator[Problem]:

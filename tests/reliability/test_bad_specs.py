@@ -94,9 +94,9 @@ def test_hostile_variable_values_are_refused_at_the_field(tmp_path, place, value
 def test_a_variable_is_expanded_once_not_again(tmp_path):
     """A value that itself looks like ${SECRET} stays literal: no second expansion leaks SECRET."""
     doc = _doc()
-    doc["metadata"]["labels"] = {"team": "${TEAM}"}
+    doc["metadata"]["annotations"] = {"team": "${TEAM}"}  # free text (labels have Kubernetes' shape)
     job = load_job(_write(tmp_path, doc), env={"TEAM": "${SECRET}", "SECRET": "hunter2"})
-    assert job.metadata.labels == {"team": "${SECRET}"}
+    assert job.metadata.annotations == {"team": "${SECRET}"}
 
 
 def test_a_password_with_a_newline_is_refused_without_showing_it(tmp_path):
@@ -108,6 +108,106 @@ def test_a_password_with_a_newline_is_refused_without_showing_it(tmp_path):
         caught.value
     )
     assert "s3cr3t" not in str(caught.value)
+
+
+# Values a field must never carry on to a pod, a command line, a path or another system's name.
+HOSTILE = {
+    "subst": "$(id)", "semicolon": "x;rm -rf /", "dotdot": "../../etc", "newline": "ok\nX-Injected: 1",
+    "trailing-newline": "ok\n", "backquote": "`id`", "space": "a b", "nul": "a\x00b",
+}  # fmt: skip
+NAMES = set(HOSTILE)  # refused in every shape
+PATHS = {"dotdot", "newline", "trailing-newline", "nul"}  # paths and URIs: literal otherwise (never a shell)
+FREE_TEXT = {"newline", "trailing-newline", "nul"}  # kubeconfig path, context: control characters only
+
+
+def _cluster(doc: dict, **field) -> dict:
+    cluster = {"name": "c1", "backend": "yarn", "resource_manager": "http://rm:8088", **field}
+    doc["spec"]["resources"]["clusters"] = [cluster]
+    return doc
+
+
+def _set(path: str, value: str):
+    """A doc with ``value`` at ``path`` (dots and [i] as in the problem lines; '<key>': a mapping key)."""
+
+    def place(doc: dict) -> None:
+        parts = path.replace("[", ".").replace("]", "").split(".")
+        node = doc
+        for part in parts[:-1]:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        last = parts[-1]
+        if last == "<key>":
+            node[value] = {"replicas": 1} if path.startswith("spec.resources.roles") else "x"
+        else:
+            node[int(last) if last.isdigit() else last] = value
+
+    return place
+
+
+SOURCE = "spec.dataset.streams[0].sources[0]"
+# (where the value goes, the problem's path ('<key>': the value itself), what it says, refused values)
+FIELD_CASES = [
+    ("metadata.name", "metadata.name", "expected a string matching", NAMES),
+    ("metadata.namespace", "metadata.namespace", "expected a Kubernetes namespace", NAMES),
+    ("metadata.labels.team", "metadata.labels.team", "expected a label value", NAMES),
+    ("metadata.labels.<key>", "metadata.labels.<key>", "expected a label key", NAMES),
+    ("metadata.annotations.<key>", "metadata.annotations.<key>", "expected an annotation key", NAMES),
+    ("spec.resources.namespace", "spec.resources.namespace", "expected a Kubernetes namespace", NAMES),
+    ("spec.resources.roles.<key>", "spec.resources.roles.<key>", "expected a role name", NAMES),
+    ("spec.resources.roles.trainer.image", "spec.resources.roles.trainer.image", "expected a container image", NAMES),
+    ("spec.resources.roles.trainer.command.1", "spec.resources.roles.trainer.command[1]", "expected an argument without NUL", {"nul"}),
+    ("spec.resources.clusters.0.name", "spec.resources.clusters[0].name", "expected a cluster name", NAMES),
+    ("spec.resources.clusters.0.namespace", "spec.resources.clusters[0].namespace", "expected a Kubernetes namespace", NAMES),
+    ("spec.resources.clusters.0.queue", "spec.resources.clusters[0].queue", "expected a YARN queue name", NAMES),
+    ("spec.resources.clusters.0.resource_manager", "spec.resources.clusters[0].resource_manager", "expected an http(s)://HOST:PORT URL", NAMES),
+    ("spec.resources.clusters.0.context", "spec.resources.clusters[0].context", "expected a value without control", FREE_TEXT),
+    ("spec.resources.clusters.0.kubeconfig", "spec.resources.clusters[0].kubeconfig", "expected a value without control", FREE_TEXT),
+    ("spec.dataset.streams.0.name", "spec.dataset.streams[0].name", "expected a string matching", NAMES),
+    (f"{SOURCE}.name", f"{SOURCE}.name", "expected a string matching", NAMES),
+    (f"{SOURCE}.uri", f"{SOURCE}.uri", "expected a URI with", PATHS),
+    (f"{SOURCE}.success_marker", f"{SOURCE}.success_marker", "expected a file name inside the partition", PATHS),
+    (f"{SOURCE}.connection_id", f"{SOURCE}.connection_id", "expected an Airflow connection id", NAMES),
+    ("spec.dataset.streams.1.sources.0.kafka.topic", "spec.dataset.streams[1].sources[0].kafka.topic", "expected a Kafka topic name", NAMES),
+    ("spec.dataset.streams.1.sources.0.kafka.connection_id", "spec.dataset.streams[1].sources[0].kafka.connection_id", "expected an Airflow connection id", NAMES),
+    ("spec.storage.root", "spec.storage.root", "expected a storage root", PATHS),
+    ("spec.storage.connection_id", "spec.storage.connection_id", "expected an Airflow connection id", NAMES),
+]  # fmt: skip
+SHAPED = {  # fields whose value is part of a larger one
+    f"{SOURCE}.uri": "file:///data/{v}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/",
+    "spec.storage.root": "/var/lib/{v}/jobs",
+    "spec.resources.clusters.0.kubeconfig": "/home/me/{v}/config",
+}
+REFUSED = [(c, name) for c in FIELD_CASES for name in sorted(c[3])]
+
+
+@pytest.mark.parametrize(("case", "value"), REFUSED, ids=[f"{c[1]}-{name}" for c, name in REFUSED])
+def test_hostile_values_are_refused_naming_the_field(tmp_path, case, value):
+    where, path, says, _ = case
+    hostile = HOSTILE[value]
+    doc = _doc()
+    if "clusters" in where:
+        _cluster(doc)
+    if "command" in where:
+        doc["spec"]["resources"]["roles"]["trainer"]["command"] = ["primus", "train", "{SPEC}"]
+    _set(where, SHAPED.get(where, "{v}").format(v=hostile))(doc)
+    spec = _write(tmp_path, doc)
+    with pytest.raises(SpecError) as caught:
+        load_job(spec, env={})
+    lines = str(caught.value).splitlines()
+    if "<key>" in path:  # a key with a control character is shown escaped, in brackets: still one line
+        path = path.replace(".<key>", f"[{hostile!r}]" if any(c in hostile for c in "\n\x00") else f".{hostile}")
+    assert any(line.startswith(f"{spec}: {path}: {says}") for line in lines), lines
+    assert all(line.startswith(f"{spec}: ") and ": expected " in line and ", found " in line for line in lines)
+
+
+def test_the_free_fields_accept_what_their_consumers_keep_literal(tmp_path):
+    """What is not refused is carried literally: a path may hold '$(id)' or ';' (never a shell word)."""
+    doc = _cluster(_doc(), context="ctx;$(id)", kubeconfig="/home/me/$(id);x/config", queue="root.ads")
+    _source(doc)["uri"] = "file:///data/$(id);x/{YYYY}{MM}{DD}/{HH}/"
+    doc["spec"]["resources"]["roles"]["trainer"]["command"] = ["sh", "-c", "echo $(id); `id`\nexit 0", "../.."]
+    job = load_job(_write(tmp_path, doc), env={})
+    assert job.spec.dataset.streams[0].sources[0].uri == "file:///data/$(id);x/{YYYY}{MM}{DD}/{HH}/"
+    assert job.spec.resources.clusters[0].kubeconfig == "/home/me/$(id);x/config"
+    assert job.spec.resources.roles["trainer"].command[2:] == ["echo $(id); `id`\nexit 0", "../.."]
 
 
 YAML_CASES = [

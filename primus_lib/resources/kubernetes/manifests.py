@@ -116,11 +116,18 @@ def container_security() -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]}}  # fmt: skip
 
 
+def literal(value: str) -> str:
+    """``value`` as a container gets it: the kubelet expands ``$(VAR)`` in a container's command and
+    env values and turns ``$$`` into ``$``, so every ``$`` of a value from the spec is doubled."""
+    return value.replace("$", "$$")
+
+
 def command(job: PrimusJob, role: str, trainer_nodes: int = 1, indexed: bool = False) -> list[str] | None:
-    """The container command: RoleSpec.command ({SPEC} -> the mounted spec), else the role's default."""
+    """The container command: RoleSpec.command ({SPEC} -> the mounted spec; each element literal:
+    exec form, no shell, no ``$(VAR)`` expansion), else the role's default."""
     spec = job.spec.resources.roles[role]
     if spec.command:
-        return [str(part).replace("{SPEC}", SPEC_FILE) for part in spec.command]
+        return [literal(str(part).replace("{SPEC}", SPEC_FILE)) for part in spec.command]
     if role == role_rules.TRAINER_ROLE:
         rank = "$(JOB_COMPLETION_INDEX)" if indexed else "0"
         master = f"{job.name}-trainer-0.{trainer_service_name(job)}" if indexed else "127.0.0.1"
@@ -155,7 +162,7 @@ def reads_endpoints(job: PrimusJob, role: str) -> bool:
 def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None,
                  subdomain: str | None = None) -> dict[str, Any]:  # fmt: skip
     spec = job.spec.resources.roles[role]
-    env = [{"name": "PRIMUS_JOB", "value": job.name}, {"name": "PRIMUS_ROLE", "value": role},
+    env = [{"name": "PRIMUS_JOB", "value": literal(job.name)}, {"name": "PRIMUS_ROLE", "value": literal(role)},
            {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)}]  # fmt: skip
     if has_database_password(job):  # the kubelet resolves it: the controller never reads the Secret
         ref = {"name": database_secret_name(job), "key": "password"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+import re
 import shlex
 from urllib.parse import urlsplit
 
@@ -19,6 +20,9 @@ LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 MIB = 2**20
 AM_MODULE = "primus_lib.resources.yarn.am"
 DEFAULT_SCHEDULER_PORT = 8030
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# what a shell interprets between double quotes, and YARN's {{VAR}} (the NodeManager makes it $VAR)
+_LAUNCH_SCRIPT_SYNTAX = re.compile(r'["\\$`\x00-\x1f\x7f]|\{\{|\}\}')
 
 
 class YarnClient:
@@ -125,6 +129,7 @@ def submission_context(app_id: str, name: str, command: list[str], cpu: float, m
     (primus_lib.resources.yarn.am), which registers with the RM and runs ``command`` as its child."""
     env = {**env, "PRIMUS_YARN_COMMAND": encode_command(command)}
     am = f"{shlex.quote(python)} -m {AM_MODULE} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    check_launch_script(env, am)
     return {
         "application-id": app_id, "application-name": name, "application-type": APP_TYPE, "queue": queue,
         "am-container-spec": {
@@ -135,3 +140,22 @@ def submission_context(app_id: str, name: str, command: list[str], cpu: float, m
         "max-app-attempts": attempts, "keep-containers-across-application-attempts": False,
         "unmanaged-AM": False, "application-tags": {"tag": tags},
     }  # fmt: skip
+
+
+def check_launch_script(env: dict[str, str], command: str) -> None:
+    """The NodeManager writes the container's launch script with each variable as ``export KEY="VALUE"``
+    and the command as ``exec /bin/bash -c "COMMAND"``, unescaped, after turning ``{{`` into ``$``: a
+    ``"``, ``\\``, ``$``, backquote, ``{{``, ``}}`` or control character there would be shell code.
+    Refused (whichever way a Hadoop version writes the script, what is left means the same), naming
+    the variable but not showing its value (it may be a secret). The role's own command travels
+    base64-encoded (PRIMUS_YARN_COMMAND); the AM's interpreter path is shlex-quoted."""
+    for key, value in [*env.items(), ("(the AM command)", command)]:
+        if key in env and not ENV_NAME.fullmatch(key):
+            raise ResourceError(f"YARN container environment: expected a variable name, found {key!r}")
+        found = _LAUNCH_SCRIPT_SYNTAX.search(value)
+        if found:
+            raise ResourceError(
+                f"YARN container launch script, {key}: expected no '\"', '\\', '$', '`', '{{{{', '}}}}' or control "
+                f"characters (the NodeManager's shell would interpret them), found {found.group()!r} at character "
+                f"{found.start()}"
+            )
