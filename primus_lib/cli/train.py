@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--switch-at",
         metavar="ISO",
         help="offline_then_online: first stream instant (default: timer start + lag + 1 day)",
+    )
+    parser.add_argument(
+        "--sample-log",
+        metavar="PATH",
+        type=Path,
+        help="append the sample ids of each step to PATH (PATH.rank<r> per rank), for exactly-once checks",
     )
     parser.set_defaults(handler=run)
 
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_steps=args.checkpoint_steps,
         idle_exit=args.idle_exit,
         switch_at=switch_at,
+        sample_log=args.sample_log,
     )
     summary = run_trainer(job, options)
     print(summary)

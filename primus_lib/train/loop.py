@@ -19,7 +19,6 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -38,8 +37,9 @@ from primus_lib.train.modes import check_mode, default_switch, max_lag, reads, s
 from primus_lib.train.options import TrainerOptions
 from primus_lib.train.prefetch import Prefetcher
 from primus_lib.train.ranks import open_rank_stream_readers
+from primus_lib.train.sample_log import SampleLogWriter
 from primus_lib.train.sharded import make_stepper
-from primus_lib.train.windows import WindowAccounting, append_sample_log
+from primus_lib.train.windows import WindowAccounting
 
 log = logging.getLogger("primus.trainer")
 
@@ -113,9 +113,7 @@ class Trainer:
         self.in_flight: tuple[Future, Snapshot] | None = None
         interval = spec.training.checkpoint_interval
         self.checkpoint_every_s = interval.total_seconds() if interval else None
-        self.sample_log = options.sample_log or _env_path("PRIMUS_TRAIN_SAMPLE_LOG")
-        if self.sample_log is not None and group.active:
-            self.sample_log = self.sample_log.with_name(f"{self.sample_log.name}.rank{self.rank}")
+        self.sample_log = SampleLogWriter(options.sample_log, self.rank if group.active else None)
         self.input_metrics = self._input_metrics()  # the scaler's trainer signals (input_metrics.py)
         self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
 
@@ -193,7 +191,7 @@ class Trainer:
         rows, prepared = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
         if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
-        ids = self.id_column if self.sample_log is not None else None  # row ids only feed the sample log
+        ids = self.id_column if self.sample_log.enabled else None  # row ids only feed the sample log
         if prepared is not None:
             batch = prepared.batch
         else:
@@ -208,12 +206,12 @@ class Trainer:
         parts = prepared.parts if prepared is not None else None
         self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs, parts)
         if batch.ids is not None:
-            append_sample_log(self.sample_log, f"step {self.step} {buffer.name} {','.join(batch.ids)}")
+            self.sample_log.step(self.step, buffer.name, batch.ids)
         return True
 
     def prepare(self, kind: str, rows) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        batch = to_batch(rows, self.features, self.id_column if self.sample_log is not None else None)
+        batch = to_batch(rows, self.features, self.id_column if self.sample_log.enabled else None)
         return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, rows, batch.ts))
 
     def until_reached(self) -> bool:
@@ -234,14 +232,14 @@ class Trainer:
     def restore(self) -> None:
         resumed = self.coordinator.restore()
         if resumed is None:
-            append_sample_log(self.sample_log, f"run {os.getpid()} resume 0")
+            self.sample_log.started(0)
             return
         self.stepper.load_state_dict(resumed.state)
         self.step = resumed.step
         self.inputs.seek(resumed.position, resumed.pending)
         self.windows.load(resumed.position, resumed.merged)
         self.last_checkpoint_step = self.step
-        append_sample_log(self.sample_log, f"run {os.getpid()} resume {self.step}")
+        self.sample_log.started(self.step)
         log.info("rank %d resumed from %s at step %d", self.rank, resumed.path, self.step)
 
     def checkpoint(self, wait: bool = True) -> None:
@@ -288,6 +286,7 @@ class Trainer:
         self.windows.merged(self.coordinator.merged_keys)
         self.inputs.commit(snapshot.position["stream"])  # only now is the position durable
         self.coordinator.publish(snapshot, consumed)
+        self.sample_log.checkpoint(snapshot.step)
         self.publish_metrics()
 
     def publish_metrics(self) -> None:
@@ -392,8 +391,3 @@ def _first_key(job: PrimusJob) -> str | None:
 
     keys = job_keys(job)
     return keys[0] if keys else None
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None

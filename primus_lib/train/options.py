@@ -16,7 +16,7 @@ class TrainerOptions:
     checkpoint_steps: int | None = None
     idle_exit: float | None = None
     switch_at: datetime | None = None  # offline_then_online; default modes.default_switch(job)
-    sample_log: Path | None = None  # test aid: consumed sample ids per step
+    sample_log: Path | None = None  # --sample-log: the sample ids of each step (sample_log.py)
     high_water: int = 4  # minibatches a buffer reads ahead
     prefetch: bool = True  # read the feeds in a background thread
     step_delay: float = 0.0  # test aid (PRIMUS_TRAIN_STEP_DELAY): sleep after each step

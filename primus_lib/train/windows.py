@@ -8,8 +8,6 @@ their statistics into the checkpoint.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 
@@ -134,10 +132,3 @@ class WindowAccounting:
     def merged(self, keys: list[str]) -> None:
         for key in keys:
             self.unmerged.pop(key, None)
-
-
-def append_sample_log(path: Path | None, line: str) -> None:
-    """Test aid: the sample ids each step consumed (``PRIMUS_TRAIN_SAMPLE_LOG``)."""
-    if path is not None:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")

@@ -27,9 +27,9 @@ from primus_lib.progress import read_progress
 from primus_lib.resources.yarn import YarnBackend
 from primus_lib.spec import load_job
 from primus_lib.train.replay import batch_window
+from primus_lib.train.sample_log import read_sample_log
 from tests.resources.test_yarn import wait_for
 from tests.train.conftest import START, commit_windows
-from tests.train.test_resume import _consumed
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
@@ -74,7 +74,7 @@ spec:
 # the container's own directory as PRIMUS_HOME and TMPDIR: a new attempt starts with nothing local
 TRAIN = (
     'export PRIMUS_HOME="$PWD/home" TMPDIR="$PWD" OMP_NUM_THREADS=1; exec {python} -m primus_lib.cli.main '
-    "train {{SPEC}} --checkpoint-steps 3 --poll-interval 0.2 --until-window 20261101T{last:02d}0000Z"
+    "train {{SPEC}} --checkpoint-steps 3 --poll-interval 0.2 --until-window 20261101T{last:02d}0000Z --sample-log {log}"
 )
 
 
@@ -87,10 +87,9 @@ def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
     spec.write_text(SPEC.format(
         name=f"yarn-loss-{uuid.uuid4().hex[:6]}", hours=HOURS, data=data, rm=yarn_cluster.rm_url,
         root=yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}"),
-        database=postgres_server.create_database("yarn_loss"), train=TRAIN.format(python=sys.executable, last=HOURS - 1),
+        database=postgres_server.create_database("yarn_loss"), train=TRAIN.format(python=sys.executable, last=HOURS - 1, log=log),
     ))  # fmt: skip
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PRIMUS_TRAIN_SAMPLE_LOG", str(log))
     monkeypatch.setenv("PRIMUS_TRAIN_STEP_DELAY", "0.4")  # the kill lands mid-training
     job = load_job(spec)
     paths = JobPaths.for_job(job)
@@ -115,22 +114,22 @@ def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
     finally:
         backend.stop()
 
-    counts, resumed_at = _consumed(log.read_text())
+    trained = read_sample_log(log.read_text())
+    resumed_at = trained.resumed_at
     expected = Counter(
         ("history", i)
         for hour in range(HOURS)
         for i in batch_window(job, job.stream("history"), START + timedelta(hours=hour)).column("request_id").to_pylist()
     )  # fmt: skip
-    duplicated = {k: n for k, n in counts.items() if n > 1}
-    lost = set(expected) - set(counts)
+    counts = trained.count(expected)
     progress = read_progress(paths.progress)  # on HDFS, as the Airflow trainer task reads it
     windows = {k: v["samples"] for k, v in progress["consumed"].items() if k.startswith("history/")}
-    print(f"\nyarn node loss: {sum(expected.values())} samples committed, {sum(counts.values())} trained, "
-          f"{len(lost)} lost, {len(duplicated)} twice; killed at step {killed_at}, resumed from step "
+    print(f"\nyarn node loss: {counts}; killed at step {killed_at}, resumed from step "
           f"{resumed_at[-1]}, attempt 2 training {restarted:.1f}s after the kill; restarts "
           f"{status.roles['trainer'].restarts}")  # fmt: skip
     assert resumed_at[0] == 0 and 0 < resumed_at[1] <= killed_at, resumed_at  # from a checkpoint, not from scratch
-    assert not duplicated and not lost and counts == expected
+    assert counts.exactly_once, counts  # exactly once in the checkpointed model state
+    assert set(trained.raw) == set(expected)  # the raw step log: at least once
     assert sum(expected.values()) == sum(sizes)
     assert [windows[k] for k in sorted(windows)] == sizes  # per-window stats survived the kill exactly once
     assert status.roles["trainer"].restarts == 1 and status.roles["trainer"].succeeded == 1

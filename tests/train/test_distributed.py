@@ -32,10 +32,10 @@ from primus_lib.train.checkpoint import load_latest
 from primus_lib.train.distributed import Group
 from primus_lib.train.model import ModelOptions
 from primus_lib.train.replay import TableStreamReader, batch_window, stream_file
+from primus_lib.train.sample_log import read_sample_log, read_sample_logs
 from primus_lib.train.steps import Stepper
 from primus_lib.train.trainer import Trainer, TrainerOptions
 from tests.train.conftest import START, commit_windows, kafka_spec
-from tests.train.test_resume import _consumed
 
 KINDS = ["batch", "stream", "batch", "stream", "stream", "batch"]
 ROWS = 64
@@ -180,7 +180,6 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
     log = tmp_path / "ids.log"
     env = {
         **os.environ,
-        "PRIMUS_TRAIN_SAMPLE_LOG": str(log),
         "PRIMUS_TRAIN_STEP_DELAY": "0.05",
         "OMP_NUM_THREADS": "1",
         "PRIMUS_DIST_TIMEOUT": "120",
@@ -199,6 +198,8 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
         "0.05",
         "--idle-exit",
         "5",
+        "--sample-log",
+        str(log),
     ]
     rank_logs = [Path(f"{log}.rank{r}") for r in range(2)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -226,13 +227,9 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "rank 0/2" in done.stdout and "rank 1/2" in done.stdout, done.stdout[-2000:]
 
-    counts: Counter = Counter()
-    per_rank = []
-    for path in rank_logs:
-        rank_counts, resumed_at = _consumed(path.read_text())
+    per_rank = [read_sample_log(path.read_text()).resumed_at for path in rank_logs]
+    for resumed_at in per_rank:
         assert len(resumed_at) == 2 and resumed_at[0] == 0 and resumed_at[1] > 0, resumed_at
-        per_rank.append(resumed_at)
-        counts.update(rank_counts)
     assert per_rank[0] == per_rank[1]  # both ranks resumed from the same checkpoint
     final = int(done.stdout.split("rank 0/2: step ")[1].split(",")[0])
     assert per_rank[0][1] < final, (per_rank, final)  # killed mid-run, not after the end
@@ -243,11 +240,11 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
             batch_window(job, job.stream("history"), START + timedelta(hours=hour)).column("request_id").to_pylist()
         )
     expected = Counter([("realtime", i) for i in events] + [("history", i) for i in batch_ids])
-    duplicates = {k: v for k, v in counts.items() if v > 1}
-    missing = set(expected) - set(counts)
-    assert not duplicates, f"{len(duplicates)} samples trained twice, e.g. {list(duplicates)[:3]}"
-    assert not missing, f"{len(missing)} samples never trained, e.g. {list(missing)[:3]}"
-    assert counts == expected
+    trained = read_sample_logs([path.read_text() for path in rank_logs])
+    counts = trained.count(expected)
+    print(f"\n{sharding}: resumed from step {per_rank[0][1]}: {counts}")
+    assert counts.exactly_once, counts  # exactly once in the checkpointed model state, over both ranks
+    assert set(trained.raw) == set(expected)  # the raw step log: at least once
 
     progress = json.loads(JobPaths.for_job(job).progress.read_text())  # rank 0's, summed over ranks
     windows = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
@@ -279,9 +276,10 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
     capsys.readouterr()
     events = [json.loads(line)["request_id"] for line in (tmp_path / "data" / "stream" / "events.jsonl").open()]
     log = tmp_path / "ids.log"
-    env = {**os.environ, "PRIMUS_TRAIN_SAMPLE_LOG": str(log), "OMP_NUM_THREADS": "1", "PRIMUS_DIST_TIMEOUT": "120"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PRIMUS_DIST_TIMEOUT": "120"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += ["-m", "primus_lib.cli.main", "train", str(spec), "--poll-interval", "0.05", "--idle-exit", "3"]
+    cmd += ["--sample-log", str(log)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
@@ -305,8 +303,6 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
         consumer.close()
     for tp in committed:
         assert checkpointed.get(f"{topic}/{tp.partition}", -1001) == tp.offset
-    trained, _ = _consumed(Path(f"{log}.rank0").read_text())
-    trained_1, _ = _consumed(Path(f"{log}.rank1").read_text())
-    trained.update(trained_1)
+    trained = read_sample_logs([Path(f"{log}.rank{r}").read_text() for r in range(2)]).kept
     assert max(trained.values()) == 1 and {i for _, i in trained} <= set(events)
     assert sum(trained.values()) >= len(events) - 2 * 16  # at most a partial minibatch per rank waits

@@ -1,4 +1,6 @@
-"""Kill -9 a running `primus train`, restart it, and find every sample used exactly once."""
+"""Kill -9 a running `primus train`, restart it, and find every sample used exactly once: the
+multiset of (stream, id) in the trainer's sample log, split at the checkpoint the successor
+resumed from, equals the produced one; the rows the successor trained again are counted apart."""
 
 from __future__ import annotations
 
@@ -10,55 +12,24 @@ import sys
 import time
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow.json as pajson
 import pytest
 
 from primus_lib.paths import JobPaths
 from primus_lib.train.replay import batch_window
+from primus_lib.train.sample_log import read_sample_log
 from tests.train.conftest import START, commit_windows
-
-
-def _consumed(log_text: str) -> tuple[Counter, list[int]]:
-    """Sample ids per stream of the steps that a checkpoint covers.
-
-    Each run logs ``run PID resume S`` at start; steps a killed run took after its last
-    checkpoint are redone by the next run, so steps > S of earlier runs are dropped.
-    """
-    runs: list[tuple[int, list[tuple[int, str, list[str]]]]] = []
-    for line in log_text.splitlines():
-        parts = line.split(" ")
-        if parts[0] == "run":
-            runs.append((int(parts[3]), []))
-        elif parts[0] == "step" and len(parts) == 4:  # a SIGKILL may cut the last line short
-            runs[-1][1].append((int(parts[1]), parts[2], parts[3].split(",")))
-    counts: Counter = Counter()
-    for index, (_, steps) in enumerate(runs):
-        limit = runs[index + 1][0] if index + 1 < len(runs) else float("inf")
-        for step, stream, ids in steps:
-            if step <= limit:
-                counts.update((stream, i) for i in ids)
-    return counts, [r[0] for r in runs]
 
 
 def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     spec, job = tiny
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
-    env = {**os.environ, "PRIMUS_TRAIN_SAMPLE_LOG": str(log), "PRIMUS_TRAIN_STEP_DELAY": "0.05", "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "primus_lib.cli.main",
-        "train",
-        str(spec),
-        "--checkpoint-steps",
-        "4",
-        "--poll-interval",
-        "0.05",
-        "--idle-exit",
-        "5",
-    ]
+    env = {**os.environ, "PRIMUS_TRAIN_STEP_DELAY": "0.05", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec), "--checkpoint-steps", "4",
+           "--poll-interval", "0.05", "--idle-exit", "5", "--sample-log", str(log)]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
@@ -79,26 +50,33 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
-    counts, resumed_at = _consumed(log.read_text())
-    assert len(resumed_at) == 2 and resumed_at[0] == 0 and resumed_at[1] > 0, resumed_at
-    events = pajson.read_json(str(tmp_path / "data" / "stream" / "events.jsonl")).column("request_id").to_pylist()
-    batch_ids = []
-    for hour in range(6):
-        batch_ids += (
-            batch_window(job, job.stream("history"), START + timedelta(hours=hour)).column("request_id").to_pylist()
-        )
-    expected = Counter([("realtime", i) for i in events] + [("history", i) for i in batch_ids])
-    assert sum(sizes) == len(batch_ids)
-    duplicates = {k: v for k, v in counts.items() if v > 1}
-    missing = set(expected) - set(counts)
-    assert not duplicates, f"{len(duplicates)} samples trained twice, e.g. {list(duplicates)[:3]}"
-    assert not missing, f"{len(missing)} samples never trained, e.g. {list(missing)[:3]}"
-    assert counts == expected
+    trained = read_sample_log(log.read_text())
+    assert len(trained.runs) == 2, trained.resumed_at
+    killed, successor = trained.runs
+    assert killed.resumed_at == 0 and killed.checkpoints, trained.resumed_at  # checkpoints before the kill
+    last_step = max(step for step, _, _ in killed.steps)
+    # from the newest durable checkpoint at least (one whose write was in flight may be newer), never past the kill
+    assert killed.checkpoints[-1] <= successor.resumed_at <= last_step, (killed.checkpoints, successor.resumed_at)
+    produced = _produced(job, tmp_path)
+    counts = trained.count(produced)
+    print(f"\nkill -9 at step {last_step}, last durable checkpoint {killed.checkpoints[-1]}, resumed from "
+          f"{successor.resumed_at}: {counts}")  # fmt: skip
+    assert counts.exactly_once, counts  # exactly once in the checkpointed model state
+    assert set(trained.raw) == set(produced)  # the raw step log: every sample at least once, nothing else
 
     progress = json.loads(JobPaths.for_job(job).progress.read_text())
     windows = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
     assert [v["samples"] for _, v in sorted(windows.items())] == sizes  # stats survived the kill exactly once too
     assert all(0.0 <= v["auc"] <= 1.0 and v["logloss"] > 0 for v in windows.values())
+
+
+def _produced(job, root: Path) -> Counter:
+    """(stream, id) of every produced sample: the six committed windows and the stream replay."""
+    events = pajson.read_json(str(root / "data" / "stream" / "events.jsonl")).column("request_id").to_pylist()
+    history = job.stream("history")
+    batch = [i for hour in range(6)
+             for i in batch_window(job, history, START + timedelta(hours=hour)).column("request_id").to_pylist()]  # fmt: skip
+    return Counter([("realtime", i) for i in events] + [("history", i) for i in batch])
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp_on_failure(tmp_path):
