@@ -76,3 +76,10 @@ def test_without_ci_a_skip_stays_a_skip(pytester, monkeypatch):
     result.assert_outcomes(passed=1, skipped=2, xfailed=1)
     for line in ("SKIPPED ?1? test_inner.py:*: no kafka here", "SKIPPED ?1? test_module.py:*: no hdfs here"):
         result.stdout.fnmatch_lines([line])
+
+
+def test_hypothesis_has_no_deadline():
+    """The "primus" profile (tests/conftest.py): no example fails for being slow on a loaded machine."""
+    from hypothesis import settings
+
+    assert settings().deadline is None and settings.get_profile("primus").deadline is None

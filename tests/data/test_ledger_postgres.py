@@ -158,11 +158,16 @@ def test_concurrent_executors_claim_every_task_exactly_once(pg_url, tmp_path, pr
           f"{sum(claims.values()) - len(ids)} retries, 0 duplicates, {elapsed:.2f} s")  # fmt: skip
 
 
+# Silence that marks an executor dead: long enough that a live claimer starved by a loaded machine
+# (it heartbeats with every claim and every idle poll) is never taken for dead; the test waits it once.
+HEARTBEAT_TIMEOUT_S = 10.0
+
+
 def test_the_tasks_of_a_killed_executor_are_reclaimed_and_done_once(pg_url, tmp_path):
     ids = _plan(pg_url, 2, 40)
-    dying = _spawn("die", pg_url, "doomed", tmp_path / "go", claims=5, timeout=1.5)
+    dying = _spawn("die", pg_url, "doomed", tmp_path / "go", claims=5, timeout=HEARTBEAT_TIMEOUT_S)
     names = ["x0", "x1", "x2"]
-    procs = [_spawn("claim", pg_url, n, tmp_path / "go", timeout=1.5) for n in names]
+    procs = [_spawn("claim", pg_url, n, tmp_path / "go", timeout=HEARTBEAT_TIMEOUT_S) for n in names]
     _release(tmp_path / "go", ["doomed", *names], [dying, *procs])
     held = json.loads(dying.stdout.readline())
     os.kill(dying.pid, signal.SIGKILL)  # mid-task, no release: only its silence tells

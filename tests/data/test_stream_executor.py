@@ -24,6 +24,7 @@ from primus_lib.spec import load_job
 from tests.data.helpers import job_doc
 from tests.data.test_replay import _events
 from tests.fixtures._proc import wait_for_line
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,7 +74,7 @@ def _produce(broker, topic, n, partitions, seed=3, prefix=""):
     return [e["request_id"] for e in events]
 
 
-def _pull(reader, want: int, timeout: float = 60.0) -> list[str]:
+def _pull(reader, want: int, timeout: float = 180.0) -> list[str]:
     ids, deadline = [], time.monotonic() + timeout
     while len(ids) < want and time.monotonic() < deadline:
         batch = reader.poll(min(500, want - len(ids)), 0.5)
@@ -182,11 +183,13 @@ def test_a_dead_executors_partitions_move_to_the_other_and_back(kafka_broker, tm
         executors(spec, 1, 2, *small)  # back: executor 0 lets go of half, executor 1 serves it again
         more = _produce(kafka_broker, topic, 400, 4, seed=14, prefix="more-")
         ids += _pull(reader, len(more))
-        deadline = time.monotonic() + 10
-        while len(reader.executor_stats()[0]["partitions"]) != 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        owned = [set(s["partitions"]) for s in reader.executor_stats().values()]
-        assert len(owned) == 2 and not owned[0] & owned[1] and owned[0] | owned[1] == everything
+
+        def split() -> list[set[str]] | None:  # each partition served by one executor, none missing
+            owned = [set(s["partitions"]) for s in reader.executor_stats().values()]
+            return owned if len(owned) == 2 and not owned[0] & owned[1] and owned[0] | owned[1] == everything else None
+
+        owned = wait_for("executor 0 hands half of its partitions back to executor 1", split)
+        assert len(owned[0]) == len(owned[1]) == 2
     finally:
         reader.close()
     assert sorted(ids) == sorted(produced + more) and _once(ids)
@@ -201,22 +204,24 @@ def test_a_full_buffer_stops_kafka_polling_until_the_trainer_pulls(kafka_broker,
     try:
         assert reader.lag()[f"{topic}/0"] == 3000  # nothing is read before a trainer attaches
         ids = _pull(reader, 10)  # attached; then the trainer stops pulling
-        time.sleep(2.0)
-        stats = reader.executor_stats()[0]
+        snapshot = JobPaths.for_job(job).metrics_dir / "stream_executor-realtime-0.prom"
+        wait_for("the scaler's snapshot shows the executor's buffer full", lambda: _fill(snapshot) >= 0.75)
+        stats = reader.executor_stats()[0]  # full since a snapshot ago (5 s): it stopped polling Kafka
         lag = reader.lag()[f"{topic}/0"]
         # the executor's buffer (200) and the trainer side's (200 + one pull in hand) hold the rest back
-        assert stats["rows_in"] <= 200 + 200 + 2 * 50 + 10 and lag >= 3000 - 500, (stats, lag)
-        snapshot = JobPaths.for_job(job).metrics_dir / "stream_executor-realtime-0.prom"
-        deadline = time.monotonic() + 10  # the scaler sees the full buffer
-        while not snapshot.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        fill = [line for line in snapshot.read_text().splitlines() if line.startswith(n.BUFFER_UTILISATION + "{")]
-        assert fill and float(fill[0].split()[-1]) >= 0.75, fill
+        assert stats["rows"] >= 150 and stats["rows_in"] <= 200 + 200 + 2 * 50 + 10 and lag >= 3000 - 500, (stats, lag)
         ids += _pull(reader, len(produced) - 10)
         assert sorted(ids) == sorted(produced)
         assert reader.lag()[f"{topic}/0"] == 0
     finally:
         reader.close()
+
+
+def _fill(snapshot) -> float:
+    """The buffer utilisation in an executor's metrics snapshot (0 until it has one)."""
+    lines = snapshot.read_text().splitlines() if snapshot.exists() else []
+    fill = [line for line in lines if line.startswith(n.BUFFER_UTILISATION + "{")]
+    return float(fill[0].split()[-1]) if fill else 0.0
 
 
 def test_rows_at_or_below_the_accepted_position_are_dropped():
@@ -295,10 +300,8 @@ def test_the_local_backend_starts_the_executors_by_default(kafka_broker, tmp_pat
     backend.submit()
     discovery = LocalDiscovery.for_stream(job, "realtime")
     try:
-        deadline = time.monotonic() + 60
-        while len(discovery.locations()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert sorted(discovery.locations()) == [0, 1]
+        found = wait_for("both executors announce themselves", lambda: len(discovery.locations()) >= 2, timeout=120)
+        assert sorted(discovery.locations()) == [0, 1], found
         reader = ExecutorStreamReader(discovery)
         try:
             ids = _pull(reader, len(produced))
@@ -315,15 +318,23 @@ def test_shared_state_discovery_serves_fresh_entries_only(tmp_path, monkeypatch)
     from primus_lib.resources.discovery import SharedStateDiscovery
 
     monkeypatch.setenv("NM_HOST", "node-7")
-    discovery = SharedStateDiscovery(tmp_path / "executors" / "s", heartbeat=0.2, stale=1.0)
+    stale = 2.0
+    discovery = SharedStateDiscovery(tmp_path / "executors" / "s", heartbeat=0.2, stale=stale)
     discovery.register(0, "grpc://0.0.0.0:4100", {"stream": "s"})
     discovery.register(1, "grpc://10.0.0.5:4101", {"stream": "s"})
-    dead = {"index": 2, "location": "grpc://h:4102", "heartbeat_at": time.time() - 5}
+    dead = {"index": 2, "location": "grpc://h:4102", "heartbeat_at": time.time() - 600}
     (tmp_path / "executors" / "s" / "2.json").write_text(json.dumps(dead))
-    time.sleep(1.5)  # longer than `stale`: only the heartbeats keep 0 and 1 listed
-    assert discovery.locations() == {0: "grpc://node-7:4100", 1: "grpc://10.0.0.5:4101"}
-    entry = discovery.entries()[0]
-    assert {"pid", "host", "started_at", "heartbeat_at"} <= set(entry) and entry["heartbeat_at"] > entry["started_at"]
+
+    def kept_fresh():  # both listed on heartbeats alone: their registration is older than `stale`
+        entries = discovery.entries()
+        beaten = sorted(entries) == [0, 1] and all(
+            e["heartbeat_at"] > e["started_at"] + stale for e in entries.values()
+        )
+        return beaten and entries
+
+    entries = wait_for("the heartbeats keep executors 0 and 1 fresh past `stale`", kept_fresh)
+    assert {i: e["location"] for i, e in entries.items()} == {0: "grpc://node-7:4100", 1: "grpc://10.0.0.5:4101"}
+    assert {"pid", "host", "started_at", "heartbeat_at"} <= set(entries[0])
     discovery.unregister(0)
     assert sorted(p.name for p in (tmp_path / "executors" / "s").iterdir()) == ["1.json", "2.json"]
     assert discovery.locations() == {1: "grpc://10.0.0.5:4101"}

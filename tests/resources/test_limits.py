@@ -64,15 +64,26 @@ def test_under_the_cap_passes_over_it_fails_naming_the_task():
 BESIDE_A_SERVER = """
 import os, subprocess, sys, time
 os.environ["PRIMUS_CGROUP"] = "off"
-from primus_lib.resources import limits
+from primus_lib.resources import limits, proctree
 from primus_lib.resources.limits import Limits, enforced
 limits.MEMORY_HARD_FACTOR = 4.0
-code = "import time; time.sleep(1.0); x = bytearray(b'1') * (200 * 2**20); time.sleep(3)"
-elder = subprocess.Popen([sys.executable, "-c", code])
+walks, descendants = [0], proctree.descendants
+def counted(pid):  # the guard lists the children it measures with this: count its walks
+    walks[0] += 1
+    return descendants(pid)
+proctree.descendants = counted
+code = ("import sys; sys.stdin.readline(); x = bytearray(b'1') * (200 * 2**20); "
+        "print('allocated', flush=True); sys.stdin.readline()")
+elder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 try:
     with enforced(Limits(1, 64 * 2**20), "data task beside a server"):
         held = bytearray(b"1") * (8 * 2**20)
-        for _ in range(50):  # 2.5 s: the elder allocates its 200 MiB meanwhile
+        elder.stdin.write("go\\n")
+        elder.stdin.flush()
+        assert elder.stdout.readline() == "allocated\\n"  # the elder grew by 200 MiB inside the block
+        seen, deadline = walks[0], time.monotonic() + 120
+        while walks[0] < seen + 2:  # a whole walk of the children (and its cap check) since then
+            assert time.monotonic() < deadline, "the guard never measured the children"
             time.sleep(0.05)
 finally:
     elder.kill()
