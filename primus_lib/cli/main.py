@@ -9,6 +9,7 @@ import sys
 from primus_lib import __version__
 from primus_lib.commands import SUBCOMMANDS
 from primus_lib.spec.errors import SpecError
+from primus_lib.train.safe_load import UnsafeCheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except UnsafeCheckpointError as exc:  # shared storage holding code: refused, nothing of it ran
+        print(f"primus {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -15,7 +15,8 @@ directory and takes the newest checkpoint whose ``checkpoint.json`` exists and w
 match it; a torn one (a writer killed before its checkpoint.json) is never read, and pruned
 once a newer checkpoint is committed. A full disk fails the save with an OSError naming the
 file (torch.save is given an open file: on a path it reports only "unexpected pos"); the
-staging directory goes, and ``LATEST`` still names the previous checkpoint.
+staging directory goes, and ``LATEST`` still names the previous checkpoint. ``state.pt`` is read
+back with ``weights_only`` (``safe_load.py``): a checkpoint holding code is refused, never run.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 
 from primus_lib.durable import atomic_write, fsync_path, ipc_bytes, naming, write_ipc
 from primus_lib.storage import StorageLocation, locate
+from primus_lib.train.safe_load import load_torch
 
 LATEST = "LATEST"
 COMMIT = "checkpoint.json"  # the commit point of a checkpoint on remote storage, written last
@@ -100,7 +102,7 @@ def load_latest(directory: Path | StorageLocation) -> Checkpoint | None:
         position = json.loads((path / "position.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise RuntimeError(f"{path}: checkpoint named by {directory / LATEST} is unreadable: {exc}") from None
-    state = torch.load(path / "state.pt", weights_only=False)
+    state = load_torch(path / "state.pt")
     pending = {}
     for stream, file in position.get("pending", {}).items():
         with pa.memory_map(str(path / file)) as source:
@@ -176,7 +178,7 @@ def _load_remote(directory: StorageLocation) -> Checkpoint | None:
                 raise RuntimeError(f"{path / part}: does not match {path / COMMIT} (size or sha256)")
             parts[part] = data
         position = json.loads(parts["position.json"])
-        state = torch.load(io.BytesIO(parts["state.pt"]), weights_only=False)
+        state = load_torch(parts["state.pt"], path / "state.pt")
         pending = {
             s: pa.ipc.open_file(pa.py_buffer(parts[f])).read_all() for s, f in position.get("pending", {}).items()
         }

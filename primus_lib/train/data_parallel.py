@@ -39,6 +39,7 @@ from primus_lib.train.distributed import Group, bytes_table, table_bytes
 from primus_lib.train.inputs import NEVER, Inputs
 from primus_lib.train.metrics import WindowStats
 from primus_lib.train.priority import priority
+from primus_lib.train.safe_load import UnsafeCheckpointError
 from primus_lib.train.steps import StepResult
 
 FLAGS = ("checkpoint", "done", "idle", "until", "batch_finished")
@@ -223,10 +224,12 @@ class DataParallel(Coordinator):
                     ]
                     state = ckpt.state
             except Exception as exc:
-                meta = {"error": f"{type(exc).__name__}: {exc}", "step": None}
+                unsafe = isinstance(exc, UnsafeCheckpointError)
+                meta = {"error": f"{type(exc).__name__}: {exc}", "step": None, "unsafe": unsafe}
         meta = self.group.broadcast(meta)
         if meta["error"]:
-            raise RuntimeError(f"rank 0 could not restore the checkpoint: {meta['error']}")
+            error = UnsafeCheckpointError if meta.get("unsafe") else RuntimeError  # the CLI's one line
+            raise error(f"rank 0 could not restore the checkpoint: {meta['error']}")
         if meta["step"] is None:
             return None
         mine = self.group.scatter(payloads)

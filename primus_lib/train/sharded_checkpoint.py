@@ -12,11 +12,12 @@ towers' optimizers) into the model directory; once every rank reported its files
 writes ``meta.json`` LAST (one PUT, naming each file and its size): the model directory's
 commit point, as ``checkpoint.json`` is the trainer checkpoint's, which is written after it
 and names it. A reader downloads the files meta.json names (sizes checked) and loads locally.
+Loading runs nothing from the checkpoint: DCP's pickled ``.metadata`` goes through an allow-list
+and every torch file through ``weights_only`` (``safe_dcp.py``, ``safe_load.py``).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import torch.distributed as dist
 
 from primus_lib.durable import fsync_path
 from primus_lib.storage import StorageLocation, locate
+from primus_lib.train.safe_load import load_torch
 
 DENSE_OPTIMIZERS = "dense_optimizers.pt"
 MODELS = "sharded"  # under the trainer's checkpoints directory: one DCP directory per checkpoint
@@ -155,7 +157,7 @@ def _load_remote(stepper, directory: StorageLocation) -> dict:
 
 
 def _load_local(stepper, directory: Path, shown: str | None = None) -> dict:
-    import torch.distributed.checkpoint as dcp
+    from primus_lib.train import safe_dcp
 
     directory = Path(directory)
     meta_path = directory / "meta.json"
@@ -165,11 +167,13 @@ def _load_local(stepper, directory: Path, shown: str | None = None) -> dict:
     if meta.get("mode") != stepper.mode:
         where = f"{shown}/meta.json" if shown else meta_path
         raise ValueError(f"{where}: checkpoint of mode {meta.get('mode')!r}, this trainer runs {stepper.mode!r}")
+    metadata = f"{shown}/{safe_dcp.METADATA}" if shown else None
+    safe_dcp.read_metadata(directory / safe_dcp.METADATA, metadata)  # refused before the model is touched
     state = dcp_state(stepper.dmp)
-    dcp.load(state, checkpoint_id=str(directory))
+    safe_dcp.load(state, directory, shown)
     stepper.dmp.load_state_dict(state["model"])
     stepper.dmp.fused_optimizer.load_state_dict(state["sparse_optimizer"])
-    dense = torch.load(directory / DENSE_OPTIMIZERS, weights_only=False)
+    dense = load_torch(directory / DENSE_OPTIMIZERS, f"{shown}/{DENSE_OPTIMIZERS}" if shown else None)
     for name, opt in stepper.optimizers.items():
         opt.load_state_dict(dense[name])
     return meta
@@ -187,7 +191,7 @@ def prune_models(root: Path | StorageLocation) -> None:
     named = set()
     for ckpt in Path(root).glob("ckpt-*"):
         try:
-            state = torch.load(ckpt / "state.pt", weights_only=False)
+            state = load_torch(ckpt / "state.pt")
         except (OSError, RuntimeError):
             return  # cannot tell what it names: delete nothing
         if isinstance(state, dict) and "sharded_model" in state:
@@ -205,7 +209,7 @@ def _prune_remote(root: StorageLocation) -> None:
         if not (entry.is_dir and entry.name.startswith("ckpt-")):
             continue
         try:
-            state = torch.load(io.BytesIO((root / entry.name / "state.pt").read_bytes()), weights_only=False)
+            state = load_torch((root / entry.name / "state.pt").read_bytes(), root / entry.name / "state.pt")
         except FileNotFoundError:
             continue  # a torn trainer checkpoint without its state names nothing readable
         except (OSError, RuntimeError):
