@@ -54,6 +54,7 @@ EVAL_PID=$!
 
 step "backfilling $WINDOWS windows of DAG ctr-demo through the scheduler ($FIRST .. $END)"
 status=0
+# The API URL, user and password come from env.sh's PRIMUS_AIRFLOW_* (never argv: `ps` shows it).
 primus backfill "$SPEC" --from "$FIRST" --to "$END" --mode service --wait --timeout 1200 || status=$?
 
 step "waiting for the baseline"
@@ -71,4 +72,4 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 echo
-echo "demo: done; the UI at $PRIMUS_AIRFLOW_API shows the runs (login $PRIMUS_AIRFLOW_USER / $PRIMUS_AIRFLOW_PASSWORD); \`make down\` stops it."
+echo "demo: done; the UI at $PRIMUS_AIRFLOW_API shows the runs (login $PRIMUS_AIRFLOW_USER, password: PRIMUS_AIRFLOW_PASSWORD in $STACK/env.sh); \`make down\` stops it."

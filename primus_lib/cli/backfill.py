@@ -8,6 +8,11 @@ commits are), so ``--reprocess completed`` is safe. ``--dry-run`` lists the wind
 ``--wait`` prints one line per window as its run finishes (stderr) and a summary (stdout).
 This module does not import Airflow (``primus_lib`` never does): it talks HTTP
 (``primus_lib.airflow_api``) or runs the CLI.
+
+The API password never travels in argv, where ``ps`` shows it to every user of the host: it comes
+from ``--password-file``, else ``$PRIMUS_AIRFLOW_PASSWORD``, else the Airflow connection
+``--conn-id`` (``$AIRFLOW_CONN_PRIMUS_AIRFLOW_API``, the one the scaler and the trainer task use).
+``--password`` is refused (exit 2) with a line saying so.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import shutil
 import subprocess
 import sys
 from datetime import datetime
+from pathlib import Path
 
-from primus_lib.airflow_api import AirflowApi, AirflowApiError
+from primus_lib.airflow_api import AirflowApi, AirflowApiError, connection_login
 from primus_lib.cli.console import Progress, seconds
 from primus_lib.timegrid import iso, parse_utc
 
@@ -40,9 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=["service", "inline", "skip"], help="trainer mode for these runs (DAG param)")
     parser.add_argument("--api", default=os.environ.get("PRIMUS_AIRFLOW_API"),
                         help="Airflow API server URL (default $PRIMUS_AIRFLOW_API; none: the local airflow CLI)")  # fmt: skip
-    parser.add_argument("--user", default=os.environ.get("PRIMUS_AIRFLOW_USER", "admin"))
-    parser.add_argument("--password", default=os.environ.get("PRIMUS_AIRFLOW_PASSWORD"),
-                        help="API password (default $PRIMUS_AIRFLOW_PASSWORD)")  # fmt: skip
+    parser.add_argument("--user", help="API user (default $PRIMUS_AIRFLOW_USER, the connection's login, admin)")
+    secret = "file whose first line is the API password (default $PRIMUS_AIRFLOW_PASSWORD, else the connection's)"
+    parser.add_argument("--password-file", metavar="PATH", help=secret)
+    conn = "Airflow connection ($AIRFLOW_CONN_<ID>) with the API login and password (default primus_airflow_api)"
+    parser.add_argument("--conn-id", default="primus_airflow_api", help=conn)
+    parser.add_argument("--password", nargs="?", action=RefusedInArgv, help=argparse.SUPPRESS)
     parser.add_argument("--keep-paused", action="store_true", help="do not unpause the DAG (backfill runs wait then)")
     parser.add_argument("--wait", action="store_true", help="(API) wait until every run finished; exit 1 if one failed")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
@@ -101,8 +110,43 @@ def _via_cli(args: argparse.Namespace, body: dict) -> int:
     return subprocess.run(command, check=False).returncode
 
 
+class RefusedInArgv(argparse.Action):
+    """``--password``: refused before anything runs, naming the ways that keep it out of ``ps``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        how = "--password-file PATH, $PRIMUS_AIRFLOW_PASSWORD or the Airflow connection of --conn-id"
+        parser.exit(
+            2, f"primus backfill: {option_string} is refused (argv shows in `ps`): pass the password with {how}\n"
+        )
+
+
+def credentials(args: argparse.Namespace, environ=os.environ) -> tuple[str, str | None]:
+    """(user, password) of the API calls: ``--password-file``, else ``$PRIMUS_AIRFLOW_PASSWORD``,
+    else the connection ``--conn-id``; ValueError (one line) for an unusable file or connection."""
+    login, conn_password = connection_login(args.conn_id, environ)
+    user = args.user or environ.get("PRIMUS_AIRFLOW_USER") or login or "admin"
+    if not args.password_file:
+        return user, environ.get("PRIMUS_AIRFLOW_PASSWORD") or conn_password
+    where = f"--password-file {args.password_file}"
+    try:
+        text = Path(args.password_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8 text (expected the password on its first line)") from None
+    password = text.split("\n", 1)[0].rstrip("\r")
+    if not password:
+        raise ValueError(f"{where}: its first line is empty (expected the password)")
+    return user, password
+
+
 def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: int) -> int:
-    api = AirflowApi(args.api, args.user, args.password)
+    try:
+        user, password = credentials(args)
+    except ValueError as exc:
+        print(f"primus backfill: {exc}", file=sys.stderr)
+        return 2
+    api = AirflowApi(args.api, user, password)
     if not args.keep_paused:
         api.set_paused(body["dag_id"], False)
     api.ensure_pool(f"primus-{body['dag_id']}", pool_slots)

@@ -193,8 +193,12 @@ def test_a_second_dialog_backfill_of_the_same_range_retrains_nothing(backfilled,
 
 
 def _cli_backfill(server, *extra: str) -> subprocess.CompletedProcess:
+    """``primus backfill --api`` with the password in a file (never in argv)."""
+    secret = server.home / "primus-api-password"
+    secret.write_text(server.password + "\n")
+    secret.chmod(0o600)
     command = [sys.executable, "-m", "primus_lib.cli.main", "backfill", str(server.job.spec), "--api", server.url,
-               "--password", server.password, "--wait", "--timeout", "420", *extra]  # fmt: skip
+               "--password-file", str(secret), "--wait", "--timeout", "420", *extra]  # fmt: skip
     return subprocess.run(command, env=server.env, capture_output=True, text=True, timeout=480)
 
 

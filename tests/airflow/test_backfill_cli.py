@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from primus_lib.cli.main import main
 from tests.fixtures.airflow import JOB_SPEC
 
@@ -50,3 +52,51 @@ def test_bad_ranges_are_refused_with_the_flag_named(tmp_path, monkeypatch, capsy
     assert "must be after --from" in capsys.readouterr().err
     assert main(["backfill", spec, "--from", "2026-12-01T00:00Z", "--to", "2026-12-02T00:00Z", "--dry-run"]) == 2
     assert "no window of job bf" in capsys.readouterr().err
+
+
+def test_a_password_in_argv_is_refused_with_the_ways_to_pass_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path))
+    spec = _spec(tmp_path)
+    for flag in (["--password", "hunter2"], ["--password=hunter2"], ["--password"]):
+        with pytest.raises(SystemExit) as refused:
+            main(["backfill", spec, "--from", "2026-11-01T01:00Z", "--to", "2026-11-01T02:00Z", "--api", "x", *flag])
+        assert refused.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("primus backfill: --password is refused"), err
+        assert "--password-file" in err[0] and "$PRIMUS_AIRFLOW_PASSWORD" in err[0] and "hunter2" not in err[0]
+
+
+def _credentials(argv: list[str], environ: dict[str, str]):
+    from primus_lib.cli.backfill import credentials
+    from primus_lib.cli.main import build_parser
+
+    args = build_parser().parse_args(["backfill", "s.yaml", "--from", "a", "--to", "b", *argv])
+    return credentials(args, environ)
+
+
+def test_the_password_comes_from_the_file_then_the_environment_then_the_airflow_connection(tmp_path):
+    secret = tmp_path / "airflow-password"
+    secret.write_text("from-file\n")
+    json_conn = {"AIRFLOW_CONN_PRIMUS_AIRFLOW_API": json.dumps({"conn_type": "http", "login": "ops", "password": "c"})}
+    uri_conn = {"AIRFLOW_CONN_OTHER": "http://bob:p%40ss@127.0.0.1:8080"}
+    env = {"PRIMUS_AIRFLOW_PASSWORD": "from-env", **json_conn}
+    assert _credentials(["--password-file", str(secret)], env) == ("ops", "from-file")
+    assert _credentials([], env) == ("ops", "from-env")
+    assert _credentials([], json_conn) == ("ops", "c")
+    assert _credentials(["--conn-id", "other", "--user", "amy"], uri_conn) == ("amy", "p@ss")
+    assert _credentials([], {"PRIMUS_AIRFLOW_USER": "u"}) == ("u", None)  # no password: no token asked for
+    assert _credentials([], {}) == ("admin", None)
+
+
+def test_an_unusable_password_file_or_connection_is_one_line_naming_it(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\nsecond line\n")
+    cases = {
+        ("--password-file", str(tmp_path / "missing")): "missing: cannot read it: No such file or directory",
+        ("--password-file", str(empty)): "empty: its first line is empty",
+    }
+    for argv, expected in cases.items():
+        with pytest.raises(ValueError, match=expected):
+            _credentials(list(argv), {})
+    with pytest.raises(ValueError, match=r"\$AIRFLOW_CONN_PRIMUS_AIRFLOW_API: not a JSON connection"):
+        _credentials([], {"AIRFLOW_CONN_PRIMUS_AIRFLOW_API": '{"password": "x"'})

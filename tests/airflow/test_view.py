@@ -58,9 +58,9 @@ def trained(airflow_server) -> Trained:
 
     server = airflow_server
     if len(job_consumed(server)) < 2:
+        # the password: the connection in server.env ($AIRFLOW_CONN_PRIMUS_AIRFLOW_API), never argv
         command = [sys.executable, "-m", "primus_lib.cli.main", "backfill", str(server.job.spec), "--api", server.url,
-                   "--password", server.password, "--wait", "--timeout", "420",
-                   "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z"]  # fmt: skip
+                   "--wait", "--timeout", "420", "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z"]  # fmt: skip
         try:
             done = subprocess.run(command, env=server.env, capture_output=True, text=True, timeout=480)
         finally:
