@@ -5,7 +5,10 @@ API, named by ``spec.storage.connection_id``; the ledger password: the workers' 
 named by ``${PRIMUS_LEDGER_PASSWORD}`` in the spec), then every output of the run is searched for
 each secret: the Airflow task and triggerer logs, the XComs, the rendered template fields, the
 Primus view's JSON, the job's local and S3 state (progress, manifests, metric snapshots, resource
-table, role logs), the ledger's rows and the command lines of every process.
+table, role logs), the ledger's rows and the command lines of every process. The windows run as
+``primus backfill --api --wait`` (a subprocess, the Airflow password from ``--password-file``)
+while every process's argv is sampled (psutil, every 0.2 s): none of the four secrets (S3 keys,
+ledger password, Airflow password) is ever in one.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import pytest
 
 from tests.fixtures._proc import free_port, start, stop
 from tests.fixtures.airflow import JOB_SPEC, airflow_binary, airflow_env, make_job, sync_dag_stubs
-from tests.fixtures.s3 import weed_binary
+from tests.fixtures.s3 import start_seaweedfs
+from tests.reliability.argv import ArgvSampler
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow, pytest.mark.s3, pytest.mark.postgres]
 
 JOB, BUCKET, CONN_ID = "secret-job", "primus-state", "primus_secret_s3"
+AUTH_PASSWORDS = "simple_auth_manager_passwords.json.generated"  # the simple auth manager's user store
 WINDOWS = ["20261101T000000Z", "20261101T010000Z"]
 
 
@@ -36,12 +41,14 @@ class Secrets:
     s3_access: str
     s3_secret: str
     ledger_password: str
+    airflow_password: str
 
     def items(self) -> dict[str, str]:
         return {
             "S3 access key": self.s3_access,
             "S3 secret key": self.s3_secret,
             "ledger password": self.ledger_password,
+            "Airflow password": self.airflow_password,
         }
 
 
@@ -51,33 +58,8 @@ class Run:
     outputs: dict[str, bytes]  # where -> what it holds
     deferred: int  # train task instances that went through the trigger
     role_env: bytes  # the environment of the job's supervisor: where the credentials are meant to be
-
-
-def _seaweedfs(root: Path, access: str, secret: str):
-    """Like tests/fixtures/s3.py, with this test's own keys (the shared server's are fixed)."""
-    identity = {"name": "secret-test", "credentials": [{"accessKey": access, "secretKey": secret}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}  # fmt: skip
-    (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
-    (root / "data").mkdir()
-    port = free_port()
-    args = [weed_binary(), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={port}", f"-s3.config={root / 's3.json'}", "-admin.ui=false", "-webdav=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
-    for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-                 "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc"):  # fmt: skip
-        args.append(f"-{flag}={free_port()}")
-
-    def ready() -> bool:
-        import urllib.error
-        import urllib.request
-
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-        except urllib.error.HTTPError:
-            return True
-        return True
-
-    return start(args, root / "weed.log", ready, timeout=60), f"http://127.0.0.1:{port}"
+    argv: ArgvSampler  # every process's command line during the backfill
+    backfill: subprocess.CompletedProcess
 
 
 def _ledger_database(postgres, password: str) -> str:
@@ -143,7 +125,8 @@ def _airflow_outputs(api, runs: list[dict]) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def job_secrets() -> Secrets:
-    return Secrets(f"AK{secrets.token_hex(8)}", f"SK{secrets.token_hex(16)}", f"PW{secrets.token_hex(12)}")
+    token = secrets.token_hex
+    return Secrets(f"AK{token(8)}", f"SK{token(16)}", f"PW{token(12)}", f"AP{token(12)}")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +136,8 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
 
     binary = airflow_binary()
     root = tmp_path_factory.mktemp("secrets")
-    weed, s3_url = _seaweedfs(root, job_secrets.s3_access, job_secrets.s3_secret)
+    (root / "s3").mkdir()
+    weed, s3_url = start_seaweedfs(root / "s3", job_secrets.s3_access, job_secrets.s3_secret)
     proc = None
     try:
         import pyarrow.fs as pafs
@@ -169,8 +153,8 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         assert not any(s in spec_text for s in job_secrets.items().values())  # the spec names, never holds
         home = root / "home"
         home.mkdir()
-        port, password = free_port(), "secret-test-admin"
-        (home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": password}))
+        port, password = free_port(), job_secrets.airflow_password
+        (home / AUTH_PASSWORDS).write_text(json.dumps({"admin": password}))  # kept: it only makes missing users
         env = airflow_env(home, job, AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__API__PORT=str(port),
                           AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
                           AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
@@ -180,8 +164,8 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
                           AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_secrets"),
                           AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",  # more output to search
                           PRIMUS_LEDGER_PASSWORD=job_secrets.ledger_password)  # fmt: skip
-        for name in [k for k in env if k.startswith("AWS_")]:
-            del env[name]  # the S3 keys come from the connection only
+        for name in [k for k in env if k.startswith("AWS_") or k.startswith("PRIMUS_AIRFLOW_")]:
+            del env[name]  # the S3 keys come from the connection only, the Airflow password from a file
         sync_dag_stubs(env, job.dags)
         url = f"http://127.0.0.1:{port}"
 
@@ -199,27 +183,37 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         deadline = time.monotonic() + 180
         while True:
             try:
-                dag = api.request("GET", f"/api/v2/dags/{JOB}")
+                api.request("GET", f"/api/v2/dags/{JOB}")  # parsed: `primus backfill` unpauses it
                 break
             except Exception:
                 assert time.monotonic() < deadline, f"{JOB} not parsed: {api.request('GET', '/api/v2/importErrors')}"
                 time.sleep(2)
-        if dag["is_paused"]:
-            api.set_paused(JOB, False)
-        body = {"dag_id": JOB, "from_date": "2026-11-01T00:00:00Z", "to_date": "2026-11-01T01:00:00Z",
-                "max_active_runs": 1, "reprocess_behavior": "failed", "run_backwards": False}  # fmt: skip
-        backfill = api.create_backfill(body)
-        ps, role_env = bytearray(), bytearray()
-
-        def sample(_runs: list[dict]) -> None:  # while the roles run: their command lines, their env
-            ps.extend(subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, check=True).stdout)
-            role_env.extend(_supervisor_environ(job.home))
-
-        runs = api.wait_backfill(backfill["id"], JOB, len(WINDOWS), timeout=900, on_poll=sample)
+        password_file = root / "airflow-password"  # outside AIRFLOW_HOME: its files are searched below
+        password_file.write_text(password + "\n")
+        password_file.chmod(0o600)
+        command = [str(Path(env["PATH"].split(os.pathsep)[0]) / "primus"), "backfill", str(job.spec), "--api", url,
+                   "--password-file", str(password_file), "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z",
+                   "--max-active-runs", "1", "--wait", "--timeout", "900", "--quiet"]  # fmt: skip
+        role_env = b""
+        with ArgvSampler(every=0.2) as argv:
+            backfill = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.monotonic() + 1000
+                while backfill.poll() is None:  # while the roles run: their env, where the credentials belong
+                    assert time.monotonic() < deadline, "primus backfill --wait did not return"
+                    role_env = _supervisor_environ(job.home) or role_env
+                    time.sleep(1)
+            finally:
+                if backfill.poll() is None:
+                    backfill.kill()
+            done = subprocess.CompletedProcess(command, backfill.returncode, *backfill.communicate())
+        runs = sorted((r for r in api.dag_runs(JOB) if r.get("run_type") == "backfill"),
+                      key=lambda r: r["logical_date"])  # fmt: skip
         outputs = _airflow_outputs(api, runs)
-        sample(runs)
-        outputs["process command lines (ps)"] = bytes(ps)
-        outputs.update(_files(home))  # the task, triggerer and DAG processor logs; airflow.cfg
+        outputs["process command lines (ps)"] = "\n".join(" ".join(cmd) for cmd in sorted(argv.seen)).encode()
+        outputs["primus backfill output"] = (done.stdout + done.stderr).encode()
+        # the task, triggerer and DAG processor logs; airflow.cfg (not the auth manager's own password store)
+        outputs.update({k: v for k, v in _files(home).items() if not k.endswith(AUTH_PASSWORDS)})
         outputs["airflow standalone log"] = (root / "standalone.log").read_bytes()
         outputs.update(_files(job.home))  # the job's private state: resource table, role logs, staging
         outputs.update(_s3_objects(s3_url, job_secrets.s3_access, job_secrets.s3_secret))
@@ -227,7 +221,7 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         outputs.update(_role_logs(job.home, env))
         deferred = sum(b"deferring until it consumed" in data for where, data in outputs.items()
                        if "task_id=train" in where)  # fmt: skip
-        return Run(runs, outputs, deferred, bytes(role_env))
+        return Run(runs, outputs, deferred, role_env, argv, done)
     finally:
         _stop_job(job, env) if proc is not None else None
         if proc is not None:
@@ -265,6 +259,9 @@ def _stop_job(job, env: dict[str, str]) -> None:
 
 
 def test_the_job_runs_its_windows_with_credentials_from_the_connection_only(secret_run: Run, job_secrets: Secrets):
+    done = secret_run.backfill
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"{len(WINDOWS)}/{len(WINDOWS)} windows finished, {len(WINDOWS)} success" in done.stdout, done.stdout
     assert [r["state"] for r in secret_run.runs] == ["success"] * len(WINDOWS)
     progress = [k for k in secret_run.outputs if k.endswith("/trainer/progress.json") and k.startswith("s3://")]
     assert progress, "the trainer's progress is on S3"
@@ -273,15 +270,26 @@ def test_the_job_runs_its_windows_with_credentials_from_the_connection_only(secr
     assert any(k.startswith("ledger table") for k in secret_run.outputs)
     assert any("/logs/" in k for k in secret_run.outputs), "the Airflow task logs were searched"
     assert secret_run.deferred >= 1, "the trainer task waited in the triggerer (S3 progress via the connection id)"
-    assert b"primus_lib.resources.supervisor" in secret_run.outputs["process command lines (ps)"]  # roles seen
     # The credentials did reach the roles, by the one channel meant for them: their environment.
     assert job_secrets.s3_secret.encode() in secret_run.role_env
     assert job_secrets.ledger_password.encode() in secret_run.role_env
     print(f"searched {len(secret_run.outputs)} outputs, {sum(map(len, secret_run.outputs.values()))} bytes; "
-          f"train tasks deferred: {secret_run.deferred}")  # fmt: skip
+          f"train tasks deferred: {secret_run.deferred}; argv sampled {secret_run.argv.samples} times, "
+          f"{len(secret_run.argv.seen)} distinct command lines")  # fmt: skip
 
 
 def test_no_output_of_the_run_holds_a_secret(secret_run: Run, job_secrets: Secrets):
     leaks = [f"{what} in {where}" for where, data in secret_run.outputs.items()
              for what, value in job_secrets.items().items() if value.encode() in data]  # fmt: skip
+    assert not leaks, "\n".join(leaks)
+
+
+def test_no_process_ever_had_a_secret_in_its_argv(secret_run: Run, job_secrets: Secrets):
+    """``primus backfill`` (password from a file), Airflow's processes and task runners, the job's
+    supervisor and ``primus train``: sampled every 0.2 s over the whole backfill."""
+    argv = secret_run.argv
+    assert argv.saw("backfill", "--password-file") and argv.saw("primus_lib.resources.supervisor")
+    assert argv.saw("primus_lib.cli.main", "train", JOB)  # the trainer role was sampled too
+    assert argv.samples >= 50, argv.samples
+    leaks = argv.leaks(job_secrets.items())
     assert not leaks, "\n".join(leaks)
