@@ -40,6 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="the model's seed is the seed plus N (with --data-seeds: another start on the same data)",
     )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        metavar="ROWS",
+        help="the trainer trains at most ROWS rows per hour of data (default: all that arrived): "
+        "the rest waits in its buffer, where the priority rule orders it",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr (results still on stdout)")
     parser.set_defaults(handler=run)

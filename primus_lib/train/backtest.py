@@ -69,6 +69,7 @@ class RunConfig:
     cw: float | None = None  # MTRM's complete_label_weight
     softafter: int | None = None  # MTRM's soft_after_rows (soft waits for this many memory-tower rows)
     init: str | None = None  # MTRM's adapt_init: independent | memory
+    c: float | None = None  # a fixed completeness (the share of clicks the real-time label sees)
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -96,6 +97,7 @@ class RunConfig:
                 "cw": float,
                 "softafter": int,
                 "init": _adapt_init,
+                "c": float,
             }
             if key not in conv:
                 raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
@@ -133,6 +135,7 @@ class BacktestOptions:
     spec_path: Path | None = None
     world: str | None = None  # datagen overrides for --data-seeds
     model_seed_offset: int = 0  # the model's seed is the seed plus this (other starts on the same data)
+    capacity: int | None = None  # rows the trainer can train per hour (None: all that arrived)
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace, data: str | None) -> BacktestOptions:
@@ -153,6 +156,7 @@ class BacktestOptions:
             spec_path=Path(args.spec),
             world=args.world,
             model_seed_offset=_model_seed_offset(args.model_seed_offset),
+            capacity=_capacity(args.capacity),
         )
 
 
@@ -170,6 +174,7 @@ class RunResult:
 def run_one(
     job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None,
     on_hour: Callable[[datetime, dict | None], None] | None = None, model_seed: int | None = None,
+    capacity: int | None = None,
 ) -> RunResult:  # fmt: skip
     """One mode, one seed: the trainer loop over the timeline's hours; ``on_hour(hour, score or None)``
     after each hour. ``model_seed`` (default ``seed``) draws the model's start; the result keeps ``seed``."""
@@ -189,6 +194,7 @@ def run_one(
         batch_embedding_scale=config.bemb,
         complete_label_weight=config.cw,
         soft_after_rows=config.softafter,
+        completeness=config.c,
     )
     global _STORE
     if store is None:
@@ -196,7 +202,7 @@ def run_one(
     windows = store.directories(job, timeline)
     with tempfile.TemporaryDirectory(prefix="primus-eval-run-") as tmp:
         queue = TrainingQueue(Path(tmp) / "ledger.sqlite")
-        world = HourlyWorld(job, timeline, stepper, queue, windows)
+        world = HourlyWorld(job, timeline, stepper, queue, windows, capacity)
         world.on_hour = on_hour
         options = TrainerOptions(
             mode=config.mode,
@@ -255,20 +261,28 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
             _configured(job, run)
         except ValidationError as exc:
             raise EvalInputError(f"--modes: {run.name}: {exc.errors()[0]['msg']}") from exc
+    world = None
+    if options.data_seeds:
+        from primus_lib.data.datagen import world_config
+
+        try:
+            world = world_config(options.world)
+        except ValueError as exc:
+            raise EvalInputError(str(exc)) from exc
+        job = with_world_features(job, world.extra_features, world.extra_cardinality)
     options.out.mkdir(parents=True, exist_ok=True)
     report = Report(options.out, [r.name for r in options.runs])
     timelines: dict[int, Timeline] = {}
     for seed in options.seeds:
         data = options.data
-        if options.data_seeds:
-            from primus_lib.data.datagen import generate, world_config
+        if world is not None:
+            from primus_lib.data.datagen import generate
 
             data = options.out / "data" / f"seed-{seed}"
             if not (data / "stream" / "events.jsonl").exists():
-                config = world_config(options.world)
                 if observer is not None:
                     observer.phase(f"generating data seed {seed} under {data}")
-                generate(data, start, end, rows_per_hour=options.rows_per_hour, seed=seed, config=config)
+                generate(data, start, end, rows_per_hour=options.rows_per_hour, seed=seed, config=world)
         key = seed if options.data_seeds else -1
         if key not in timelines:
             timelines.clear()
@@ -282,7 +296,8 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
             on_hour = None
             if observer is not None:
                 on_hour = functools.partial(observer.hour, config.name, seed)
-            result = run_one(job, timeline, config, seed, on_hour=on_hour, model_seed=seed + options.model_seed_offset)
+            result = run_one(job, timeline, config, seed, on_hour=on_hour, model_seed=seed + options.model_seed_offset,
+                             capacity=options.capacity)  # fmt: skip
             report.add(result)
             line = (f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
                     f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s")  # fmt: skip
@@ -292,6 +307,24 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
                 print(line, flush=True)
     report.write(job, start, end, timelines[next(iter(timelines))], options)
     return report
+
+
+def with_world_features(job: PrimusJob, names: list[str], buckets: int) -> PrimusJob:
+    """The job with a generated world's extra sparse features (``--world`` with ``extra_sparse``)
+    added to the spec's, one table of ``buckets`` rows each."""
+    features = job.spec.features
+    known = {f.name for f in features.sparse}
+    extra = [type(features.sparse[0])(name=n, buckets=buckets) for n in names if n not in known]
+    if not extra:
+        return job
+    features = features.model_copy(update={"sparse": [*features.sparse, *extra]})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"features": features})})
+
+
+def _capacity(value: int | None) -> int | None:
+    if value is not None and value <= 0:
+        raise ValueError(f"--capacity: {value}: expected rows per hour > 0")
+    return value
 
 
 def _model_seed_offset(value: int) -> int:
@@ -308,7 +341,9 @@ def _load(options: BacktestOptions, job: PrimusJob, data: Path | None) -> Primus
     from primus_lib.spec import load_job
 
     if options.spec_path is not None and data is not None:
-        job = load_job(options.spec_path, env={**os.environ, "PRIMUS_DATA": str(data)})
+        loaded = load_job(options.spec_path, env={**os.environ, "PRIMUS_DATA": str(data)})
+        features = job.spec.features  # a generated world's extra features (with_world_features)
+        job = loaded.model_copy(update={"spec": loaded.spec.model_copy(update={"features": features})})
     return _generated_stream(job, data) if options.data_seeds and data is not None else job
 
 

@@ -38,7 +38,7 @@ from primus_lib.train.coordinator import Coordinator, Decision, Resumed, Snapsho
 from primus_lib.train.distributed import Group, bytes_table, table_bytes
 from primus_lib.train.inputs import NEVER, Inputs
 from primus_lib.train.metrics import WindowStats
-from primus_lib.train.priority import priority
+from primus_lib.train.priority import RowShare, priority
 from primus_lib.train.safe_load import UnsafeCheckpointError
 from primus_lib.train.steps import StepResult
 
@@ -56,6 +56,7 @@ class DataParallel(Coordinator):
         self.gated = False
         self.mark: int | None = None
         self.gathered: list[dict] | None = None
+        self.share = RowShare()  # the row-level priority, fed the agreed numbers (every rank the same)
 
     def attach(self, inputs: Inputs) -> None:
         # The batch-lag gate follows the stream over all ranks: closed until the first agreement.
@@ -113,7 +114,8 @@ class DataParallel(Coordinator):
         only = None
         if inputs.limits.switch_ms is not None and not flags["batch_finished"]:
             only = set(inputs.batch_feeds)  # the stream is served once every rank finished the batch phase
-        best, best_p, rows, take = None, -1.0, 0, 0
+        ready: dict[str, float] = {}
+        steps: dict[str, tuple[int, int]] = {}  # name -> (global rows, this rank's take)
         for i, name in enumerate(names):
             step_rows, queued, drained, flush = sums[4 * i : 4 * i + 4]
             mine = full[name]
@@ -122,9 +124,12 @@ class DataParallel(Coordinator):
             step_rows = int(step_rows)
             if step_rows == 0 or (only is not None and name not in only):
                 continue
-            p = priority(buffers[name].weight, queued / n, size)
-            if p > best_p:
-                best, best_p, rows, take = name, p, step_rows, mine
+            ready[name] = priority(buffers[name].weight, queued / n, size)
+            steps[name] = (step_rows, mine)
+        best = self.share.pick(ready)  # the same agreed numbers on every rank: the same pick
+        rows, take = steps[best] if best is not None else (0, 0)
+        if best is not None:
+            self.share.served(best, rows, ready)
         return Decision(best, take, rows, flags["checkpoint"], flags["done"], flags["idle"], flags["until"])
 
     def step(self, stepper, kind: str, batch: Batch | None, global_rows: int) -> StepResult | None:

@@ -36,7 +36,8 @@ class Completeness:
     """``c``: the share of clicks the real-time label sees, from exponentially weighted click
     rates of each kind (``halflife_rows`` rows). 1 (no correction) until both kinds were seen."""
 
-    def __init__(self, halflife_rows: float = 50_000.0, floor: float = 0.05):
+    def __init__(self, halflife_rows: float = 50_000.0, floor: float = 0.05, fixed: float | None = None):
+        self.fixed = fixed  # a known share (a backtest's oracle for modes that never see complete labels)
         self.decay = 0.5 ** (1.0 / halflife_rows)
         self.floor = floor
         self.clicks = {"batch": 0.0, "stream": 0.0}
@@ -59,6 +60,8 @@ class Completeness:
 
     @property
     def value(self) -> float:
+        if self.fixed is not None:
+            return self.fixed
         stream, batch = self.rate("stream"), self.rate("batch")
         if stream is None or not batch:
             return 1.0

@@ -1,14 +1,19 @@
-"""The trainer's sample buffers and the mixed-data priority rule.
+"""The trainer's sample buffers and the mixed-data priority rule, row by row.
 
 One buffer per data stream. A buffer is *ready* when it holds a full minibatch, or, once
 its source is exhausted or *drained*, whatever is left (a smaller final minibatch, like
 ``drop_last=False``). A batch buffer is drained when every row it holds belongs to a window
 read completely and the next window is not available yet (see ``inputs.Inputs.read``): its
-window then completes instead of waiting for the next window's rows. Among ready buffers the next minibatch comes
-from the one with the highest ``p_i = w_i * sigmoid(q_i)``, where ``w_i`` is the stream's
-weight (``spec.training.priority``, default 1) and ``q_i`` its queued rows measured in
-minibatches (``rows / batch_size``), so that the sigmoid saturates over a few minibatches
-instead of after a handful of rows. Ties go to the stream listed first.
+window then completes instead of waiting for the next window's rows.
+
+Each ready buffer's priority is ``p_i = w_i * sigmoid(q_i)``: ``w_i`` the stream's importance
+(``spec.training.priority``, default 1), ``q_i`` its queued rows measured in minibatches
+(``rows / batch_size``), so the sigmoid saturates over a few minibatches instead of after a handful
+of rows. The priority is a share of rows, not a winner (``RowShare``): every row served owes each
+ready buffer ``p_i / sum_j p_j`` of a row, and the buffer owed the most serves the next minibatch.
+Over any few minibatches the rows are drawn across buffers in proportion to their priorities, a
+stream surge raises the stream's share (its queue grows) and a buffer that holds rows is never
+starved. Minibatches stay of one kind each: Algorithm 1 runs one tower's graph per minibatch.
 
 Buffer lengths, lag behind event time and rows served per stream are Prometheus metrics in
 the registry passed in.
@@ -26,10 +31,36 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
-def priority(weight: float, queued_rows: int, batch_size: int) -> float:
+def priority(weight: float, queued_rows: float, batch_size: int) -> float:
     """``w * sigmoid(q)`` with ``q`` in minibatches."""
     q = queued_rows / batch_size
     return weight / (1.0 + math.exp(-q))
+
+
+class RowShare:
+    """Rows owed to each ready buffer in proportion to its priority (a deficit round robin by rows).
+
+    Every data-parallel rank feeds it the same agreed priorities, so every rank picks the same buffer."""
+
+    def __init__(self) -> None:
+        self.owed: dict[str, float] = {}
+
+    def pick(self, priorities: dict[str, float]) -> str | None:
+        """The ready buffer owed the most rows (ties: the higher priority, then the first listed)."""
+        for name in [n for n in self.owed if n not in priorities]:
+            del self.owed[name]  # not ready: it is owed nothing (no burst when it comes back)
+        if not priorities:
+            return None
+        return max(priorities, key=lambda n: (self.owed.get(n, 0.0), priorities[n]))
+
+    def served(self, name: str, rows: int, priorities: dict[str, float]) -> None:
+        """``rows`` went to ``name``: each ready buffer earns its share of them."""
+        total = sum(priorities.values())
+        if total <= 0:
+            return
+        for other, p in priorities.items():
+            self.owed[other] = self.owed.get(other, 0.0) + rows * p / total
+        self.owed[name] = self.owed.get(name, 0.0) - rows
 
 
 class ReaderMetrics:
@@ -173,19 +204,22 @@ class PriorityReader:
         self.metrics = ReaderMetrics(registry)
         self.clock = clock
         self.served: dict[str, int] = {b.name: 0 for b in buffers}
+        self.share = RowShare()
+        self.chosen: dict[str, float] = {}  # the ready buffers' priorities at the last choice
+
+    def priorities(self, only: set[str] | None = None) -> dict[str, float]:
+        """``p_i`` of every ready buffer (among ``only``, when given)."""
+        return {
+            b.name: priority(b.weight, b.rows, self.batch_size)
+            for b in self.buffers.values()
+            if (only is None or b.name in only) and b.ready(self.batch_size)
+        }
 
     def choose(self, only: set[str] | None = None) -> Buffer | None:
-        """The ready buffer with the highest priority (among ``only``, when given)."""
-        best, best_p = None, -1.0
-        for buffer in self.buffers.values():
-            if only is not None and buffer.name not in only:
-                continue
-            if not buffer.ready(self.batch_size):
-                continue
-            p = priority(buffer.weight, buffer.rows, self.batch_size)
-            if p > best_p:
-                best, best_p = buffer, p
-        return best
+        """The ready buffer owed the most rows (``RowShare``), among ``only`` when given."""
+        self.chosen = self.priorities(only)
+        name = self.share.pick(self.chosen)
+        return self.buffers[name] if name is not None else None
 
     def next_minibatch(self, only: set[str] | None = None) -> tuple[Buffer, pa.Table] | None:
         buffer = self.choose(only)
@@ -202,6 +236,7 @@ class PriorityReader:
         """``serve``, with what the prefetch thread prepared from exactly these rows (or None)."""
         buffer = self.buffers[name]
         rows, prepared = buffer.take(n)
+        self.share.served(name, rows.num_rows, self.chosen or {name: 1.0})
         self.served[buffer.name] += rows.num_rows
         rows_gauge, lag, served = self.metrics.of(buffer.name)
         served.inc(rows.num_rows)

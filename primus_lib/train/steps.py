@@ -35,6 +35,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.training import COMPLETE_LABEL_PASSES, complete_label_pass_name
 from primus_lib.train import delayed, modes
 from primus_lib.train.batch import Batch
+from primus_lib.train.hedge import Hedge
 from primus_lib.train.model import ModelOptions, TwoTowerModel
 from primus_lib.train.modes import KINDS
 
@@ -84,13 +85,14 @@ class Stepper:
         batch_embedding_scale: float | None = None,
         complete_label_weight: float | None = None,
         soft_after_rows: int | None = None,
+        completeness: float | None = None,
     ):
         spec = job.spec
         self.mode = mode or spec.training.mode
         self.embedding_updates = embedding_updates or spec.model.embedding_updates
         self.serve = serve or spec.model.serve
         two = modes.two_towers(self.mode)
-        self.correction = (stream_correction or spec.model.stream_correction) if two else "none"
+        self.correction = stream_correction or spec.model.stream_correction  # every mode's stream steps
         if self.correction not in delayed.CORRECTIONS:
             raise ValueError(f"stream_correction: expected one of {delayed.CORRECTIONS}, got {self.correction!r}")
         after = spec.model.soft_after_rows if soft_after_rows is None else soft_after_rows
@@ -108,6 +110,7 @@ class Stepper:
             raise ValueError(f"complete_label_weight: expected a number in (0, 1], got {weight!r}")
         self.second_weight = weight
         self.blending = two and modes.served_output(self.mode, self.serve) == "blend"
+        self.hedge = Hedge() if two and modes.served_output(self.mode, self.serve) == "hedge" else None
         if self.blending:
             options = replace(options or ModelOptions(), blend=True)
         # the spec's value is MTRM's; an explicit one (eval's bemb=) applies to any mode
@@ -115,7 +118,7 @@ class Stepper:
         self.batch_emb_scale = spec_scale if batch_embedding_scale is None else batch_embedding_scale
         if not (self.updates_embeddings("batch") and self.updates_embeddings("stream")):
             self.batch_emb_scale = 1.0  # one kind alone moves the tables: row-wise Adagrad is scale-free
-        self.completeness = delayed.Completeness()
+        self.completeness = delayed.Completeness(fixed=completeness)
         lr = learning_rate or spec.training.learning_rate
         sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
         torch.manual_seed(spec.training.seed if seed is None else seed)
@@ -178,10 +181,13 @@ class Stepper:
         if graph == "adapt":
             logit, memory_logit = self.model.adapt_forward(x)
             c = self.completeness.value
+            if self.hedge is not None:  # scored before the step: out of sample for every expert
+                self.hedge.observe(logit, memory_logit, labels, c)
             return delayed.stream_loss(self.stream_correction(), logit, labels, c, memory_logit), logit
-        if kind != "batch":
+        if kind != "batch":  # a one-tower mode's stream step: the correction, its own odds as soft's teacher
             logit = self.model.memory_forward(x)[0]
-            return F.binary_cross_entropy_with_logits(logit, labels, reduction="none"), logit
+            c = self.completeness.value
+            return delayed.stream_loss(self.stream_correction(), logit, labels, c, logit.detach()), logit
         per_row, logit, adapt_logit = batch_rows_loss(self.model, x, labels, self.second_pass, self.second_weight)
         if self.blending:
             if adapt_logit is None:
@@ -248,6 +254,8 @@ class Stepper:
         output = output or modes.served_output(self.mode, self.serve)
         if output == "blend":
             logit = self.model.blend_logit(*self.model.adapt_forward(x))
+        elif output == "hedge":
+            return self.hedge.predict(*self.model.adapt_forward(x)).numpy()
         else:
             logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
         return torch.sigmoid(logit).numpy()
@@ -260,6 +268,7 @@ class Stepper:
             "sparse_optimizer": self.sparse_optimizer().state_dict(),
             "completeness": self.completeness.state_dict(),
             "memory_rows": self.memory_rows,
+            **({"hedge": self.hedge.state_dict()} if self.hedge is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -270,6 +279,8 @@ class Stepper:
         if "completeness" in state:  # checkpoints from before the stream correction have none
             self.completeness.load_state_dict(state["completeness"])
         self.memory_rows = int(state.get("memory_rows", 0))
+        if self.hedge is not None and "hedge" in state:
+            self.hedge.load_state_dict(state["hedge"])
 
     def sparse_optimizer(self):
         if self.sparse is not None:

@@ -141,9 +141,14 @@ class Scores:
 class HourlyWorld(SingleProcess):
     """A world of one trainer whose data appears hour by hour (see the module docstring)."""
 
-    def __init__(self, job: PrimusJob, timeline: Timeline, stepper, queue: TrainingQueue, windows: list[Path]):
+    def __init__(
+        self, job: PrimusJob, timeline: Timeline, stepper, queue: TrainingQueue, windows: list[Path],
+        capacity: int | None = None,
+    ):  # fmt: skip
         super().__init__(stepper.mode, Path(tempfile.gettempdir()), Path(tempfile.gettempdir()))
         self.job, self.timeline, self.stepper, self.queue, self.windows = job, timeline, stepper, queue, windows
+        self.capacity = capacity  # rows the trainer can train per hour (None: whatever has arrived)
+        self.trained = 0  # rows trained since the hour began
         self.replay = GrowingReplay()
         self.scores = Scores()
         self.hour = -1
@@ -155,9 +160,10 @@ class HourlyWorld(SingleProcess):
 
     def decide(self, inputs: Inputs, wants: Wants) -> Decision:
         decision = super().decide(inputs, wants)
-        if decision.buffer is not None:
+        last = self.hour + 1 >= len(self.timeline.hours)
+        if decision.buffer is not None and (last or self.capacity is None or self.trained < self.capacity):
             return decision
-        if self.hour + 1 >= len(self.timeline.hours):
+        if last:
             return Decision(None, 0, 0, wants.checkpoint, True, False, False)
         self.advance()
         return Decision(None, 0, 0, wants.checkpoint, False, False, False)
@@ -166,6 +172,7 @@ class HourlyWorld(SingleProcess):
         """The next hour: score its stream rows, then release them and batch window ``t - lag``."""
         tl = self.timeline
         self.hour = t = self.hour + 1
+        self.trained = 0
         self.now = tl.hours[t].timestamp()
         rows = tl.stream[t]
         scored = rows if not rows.column(COMPLETE).null_count else rows.filter(pc.is_valid(rows.column(COMPLETE)))
@@ -194,12 +201,15 @@ class HourlyWorld(SingleProcess):
             other = stepper.predict(batch, output="adapt" if stepper.serve == "memory" else "memory")
             scores.probs["memory"].append(other)
             entry["other_output_auc"] = auc(labels, other)
+            if stepper.serve not in ("adapt", "memory"):  # a combined output: keep the adapt tower's too
+                scores.probs.setdefault("adapt", []).append(stepper.predict(batch, output="adapt"))
         scores.windows.append(entry)
 
     def step(self, stepper, kind: str, batch, global_rows: int) -> StepResult | None:
         result = super().step(stepper, kind, batch, global_rows)
         if result is not None:
             self.scores.steps[kind] += 1
+            self.trained += batch.size
         return result
 
     def save(self, snapshot, stepper) -> None:

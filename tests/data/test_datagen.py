@@ -168,3 +168,68 @@ def test_late_clicks_resent_on_the_stream(tmp_path):
     assert [json.loads(line) for line in sub] == [e for e in events if e["ts"] >= cut]
     with pytest.raises(ValueError, match="late_click_events"):
         world_config("late_click_events=maybe")
+
+
+def _late_share(world: World, hours: list[int]) -> float:
+    rows = [world.hour_rows(h, 1500) for h in hours]
+    clicked = np.concatenate([r["clicked"] for r in rows])
+    realtime = np.concatenate([r["clicked_realtime"] for r in rows])
+    return 1 - realtime.sum() / clicked.sum()
+
+
+def test_named_worlds_and_their_split():
+    from primus_lib.data.datagen import world_config
+    from primus_lib.data.datagen.worlds import WORLDS, names
+
+    assert len(names("development")) >= 6 and len(names("held-out")) >= 6
+    assert not set(names("development")) & set(names("held-out"))
+    hours = list(iter_hours(START, START + timedelta(days=2)))[::4]
+    for name in names():  # the late-click share each world names (within 3 points)
+        assert abs(_late_share(World.create(0, world_config(name)), hours) - WORLDS[name].late) < 0.03, name
+    assert world_config("late-heavy,delay_sigma=1.0").delay_sigma == 1.0  # a name with overrides
+    with pytest.raises(ValueError, match="world name"):
+        world_config("no-such-world")
+
+
+def test_flips_weekly_extra_features_and_a_thinner_stream(tmp_path):
+    from primus_lib.data.datagen import WorldConfig, world_config
+
+    flips = World.create(0, WorldConfig(flip_every_hours=24, flip_size=1.0))
+    cat_a, item_a = flips.flip_offsets(10)
+    cat_b, _ = flips.flip_offsets(11)
+    assert np.array_equal(cat_a, flips.flip_offsets(10)[0]) and abs(np.corrcoef(cat_a, cat_b)[0, 1]) < 0.5
+    hour = int(START.timestamp() // 3600)  # an hour on a flip boundary: the offsets move p_click at once
+    plain, flipped = World.create(0).hour_rows(hour, 500), flips.hour_rows(hour, 500)
+    assert np.array_equal(plain["user_id"], flipped["user_id"]) and not np.allclose(
+        plain["p_click"], flipped["p_click"]
+    )
+    weekly = World.create(0, WorldConfig(weekly=1.0))
+    assert not np.allclose(weekly.hour_rows(hour, 300)["p_click"], World.create(0).hour_rows(hour, 300)["p_click"])
+
+    config = world_config("extra_sparse=3,extra_cardinality=50,stream_share=0.25")
+    result = generate(tmp_path, START, START + timedelta(hours=4), rows_per_hour=800, seed=2, config=config)
+    part = pq.read_table(tmp_path / "impressions" / "20261101" / "01" / "part-00000.parquet")
+    assert part.column_names == ["request_id", "user_id", "item_id", "category", "price", "age", "f1", "f2", "f3", "ts"]
+    assert 0 <= min(part.column("f3").to_pylist()) and max(part.column("f3").to_pylist()) < 50
+    events = [json.loads(line) for line in (tmp_path / "stream" / "events.jsonl").read_text().splitlines()]
+    assert len(events) == result.stream_rows and 0.18 < result.stream_rows / result.impressions < 0.32
+    assert {"f1", "f2", "f3"} <= set(events[0])
+    ids = set()
+    for path in (tmp_path / "impressions").rglob("*.parquet"):
+        ids |= set(pq.read_table(path).column("request_id").to_pylist())
+    assert {e["request_id"] for e in events} <= ids  # the stream carries a subset of the impressions
+
+
+def test_a_surge_multiplies_the_traffic_of_its_hours():
+    from primus_lib.data.datagen import WorldConfig
+
+    world = World.create(0, WorldConfig(surge_every_hours=48, surge_hours=3, surge_factor=10.0))
+    base = World.create(0)
+    hours = [h for h in iter_hours(START, START + timedelta(days=2))]
+    surging = [h for h in hours if world.config.surging(h)]
+    assert len(surging) == 3
+    for h in hours[:6]:
+        ratio = len(world.hour_rows(h, 200)["ts"]) / len(base.hour_rows(h, 200)["ts"])
+        assert ratio == pytest.approx(10.0, rel=0.01) if h in surging else ratio == 1.0
+    with pytest.raises(ValueError, match="surge_hours"):
+        WorldConfig(surge_every_hours=4, surge_hours=5)
