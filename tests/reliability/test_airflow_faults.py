@@ -1,6 +1,7 @@
 """Airflow's own processes killed mid-work: the scheduler in the middle of a backfill, the triggerer
 while the ``train`` task is deferred. Everything must resume and complete in order, each window
-trained exactly once.
+trained exactly once: the (stream, id) multiset of the trainer's sample log (``--sample-log``, split
+at any checkpoint a restarted trainer resumed from) equals the produced impressions' ids.
 
 Airflow runs as in production (devstack.airflow: api-server, scheduler with the LocalExecutor,
 dag-processor and triggerer as four processes, each in its own process group) on a PostgreSQL
@@ -13,13 +14,20 @@ reset after 10 s.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from devstack.airflow import Airflow
 from devstack.proc import poll_until
 from primus_lib.paths import parse_window_id
+from primus_lib.train.sample_log import read_sample_log
 from tests.fixtures.airflow import airflow_binary, make_job, start_airflow_processes, stop_airflow_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
@@ -33,6 +41,7 @@ def airflow(tmp_path, postgres_server):
     """Our own four Airflow processes (so each can be killed), on a fresh PostgreSQL database."""
     airflow_binary()
     job = make_job(tmp_path / "job", name="af-faults", end="2026-11-01T03:00:00Z")
+    with_sample_log(job.spec, job.root / "trained-ids.log")
     stack, env = start_airflow_processes(
         tmp_path, job, postgres_server.create_database("airflow_faults"), PASSWORD, timeout=240,
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="20",
@@ -55,6 +64,24 @@ def airflow(tmp_path, postgres_server):
                 backend_for(load_job(job.spec), str(job.spec)).stop()  # the job's trainer
         finally:
             stop_airflow_processes(stack)
+
+
+def with_sample_log(spec: Path, log: Path) -> None:
+    """The trainer role's command: the default ``primus train SPEC``, with its sample log."""
+    command = [sys.executable, "-m", "primus_lib.cli.main", "train", "{SPEC}", "--sample-log", str(log)]
+    role = "trainer: {replicas: 1, cpu: 1, memory: 2Gi"
+    text = spec.read_text()
+    assert text.count(role) == 1, text
+    spec.write_text(text.replace(role, f"{role}, command: {json.dumps(command)}"))
+
+
+def produced_ids(data: Path, hours: list[datetime], stream: str = "history") -> Counter:
+    """(stream, request_id) of every impression of ``hours``: the left join makes one sample each."""
+    ids: Counter = Counter()
+    for hour in hours:
+        for path in sorted((data / "impressions" / f"{hour:%Y%m%d}" / f"{hour:%H}").glob("*.parquet")):
+            ids.update((stream, i) for i in pq.read_table(path, columns=["request_id"]).column(0).to_pylist())
+    return ids
 
 
 def _kill(stack: Airflow, env: dict, name: str) -> None:
@@ -120,9 +147,14 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
     consumed = {k: v for k, v in progress["consumed"].items() if k.startswith("history/")}
     assert sorted(consumed) == [f"history/{w}" for w in WINDOWS]
     trained = [consumed[f"history/{w.window}"]["samples"] for w in queued]
-    assert trained == [w.rows for w in queued] and all(trained)  # every queued sample trained, none twice
+    assert trained == [w.rows for w in queued] and all(trained)  # per-window stats: every queued row once
+    samples = read_sample_log((job.root / "trained-ids.log").read_text())
+    counts = samples.count(produced_ids(job.data, [parse_window_id(w) for w in WINDOWS]))
+    assert counts.exactly_once, counts  # by sample id, in the checkpointed model state
+    assert set(samples.raw) == set(samples.kept)  # the raw step log: at least once, nothing else
     tries = {r["logical_date"][:13]: train_of(r)["try_number"] for r in runs}
     retried = {f"{t['task_id']}[{t['map_index']}]": t["try_number"] for t in tasks_of(runs[1]) if t["try_number"] > 1}
     print(f"\nairflow faults: {len(runs)} runs succeeded in order; samples queued {[w.rows for w in queued]}, "
-          f"trained {trained}; train task tries {tries}; trainer step {progress.get('step')}; running when the "
+          f"trained {trained}; by sample id: {counts}; trainer runs resumed at {samples.resumed_at}; train task "
+          f"tries {tries}; trainer step {progress.get('step')}; running when the "
           f"scheduler was killed: {interrupted}; tasks of the second run tried again: {retried}")  # fmt: skip
