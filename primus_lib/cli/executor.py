@@ -3,7 +3,8 @@
 Reads its share of each stream's Kafka partitions, decodes and serves the samples over Arrow
 Flight until SIGTERM (``primus_lib.data.executor.service``). Index and replica count default to
 what the resource backends set (``$PRIMUS_REPLICA_INDEX``, ``$PRIMUS_REPLICAS``), then to the
-role's ``replicas`` in the spec.
+role's ``replicas`` in the spec. Every Flight call must carry the job's token, which the executor
+reads (or first makes) where its discovery says (``primus_lib.data.flight_auth``): never an argument.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--advertise", help="host name the trainer connects to (default: --host)")
     parser.add_argument("--buffer-rows", type=int, default=65536, help="bounded buffer; Kafka is not polled while full")
     parser.add_argument("--poll-rows", type=int, default=4096, help="messages per Kafka poll")
+    lease = "seconds: rows a reader took but did not acknowledge within this are served again (default 30)"
+    parser.add_argument("--lease-seconds", type=float, help=lease)
     parser.set_defaults(handler=run)
 
 
@@ -37,6 +40,7 @@ def _int_env(name: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_lib.data.executor.leases import LEASE_SECONDS
     from primus_lib.data.executor.service import ExecutorService
     from primus_lib.resources.discovery import discovery_for
     from primus_lib.spec import load_job
@@ -65,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             service = ExecutorService(
                 job, name, index, replicas, host=args.host, port=args.port, advertise=args.advertise,
                 capacity_rows=args.buffer_rows, poll_rows=args.poll_rows, discovery=discovery_for(job, name),
+                lease=args.lease_seconds or LEASE_SECONDS,
             )  # fmt: skip
             services.append(service.start())
             service.report()

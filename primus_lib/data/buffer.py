@@ -40,6 +40,7 @@ class SampleBuffer:
         self._cond = threading.Condition()
         self._closed = False
         self._consumed: dict[str, int] = {}
+        self._held = 0  # rows popped but still counted against the capacity (a stream executor's leases)
         self.rows_in = 0
         self.rows_out = 0
 
@@ -61,7 +62,9 @@ class SampleBuffer:
             raise ValueError(f"{len(offs)} offsets for {batch.num_rows} rows")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._rows > 0 and self._rows + batch.num_rows > self.capacity and not self._closed:
+            while self._rows + self._held > 0 and self._rows + self._held + batch.num_rows > self.capacity:
+                if self._closed:
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False

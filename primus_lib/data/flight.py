@@ -7,6 +7,10 @@ it hands out: ``__partition`` (dictionary-encoded ``topic/partition``) and ``__o
 row's source offset), so the puller knows exactly which offsets it holds; further actions
 (``commit``, ``seek``, ...) take and return one JSON object each. A server with *lanes* (a
 stream executor in rebalance mode) also takes ``rows=N;lane=R``: rows of lane R (trainer rank R).
+A server given a ``pop`` hands tagged rows out through it (a stream executor's leases); ``ack``
+(release what the reader holds) answers ``{"released": 0}`` on a server without leases. A server
+given a ``Credential`` refuses every call without the job's token (``flight_auth.py``); the client
+sends it with each call.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus_lib.data.buffer import SampleBuffer
+from primus_lib.data.flight_auth import Credential, TokenCheck, call_headers
 
 PARTITION_COLUMN = "__partition"
 OFFSET_COLUMN = "__offset"
 Action = Callable[[dict], dict]
 LanePop = Callable[[int, int, float], "tuple[pa.RecordBatch, list[str], np.ndarray] | None"]
+Pop = Callable[[int, float], "tuple[pa.RecordBatch, list[str], np.ndarray] | None"]
 
 
 def tag(batch: pa.RecordBatch, keys: list[str], offsets: np.ndarray) -> pa.RecordBatch:
@@ -69,10 +75,13 @@ class BufferFlightServer(flight.FlightServerBase):
         tagged: bool = False,
         actions: dict[str, Action] | None = None,
         lanes: LanePop | None = None,
+        pop: Pop | None = None,
+        credential: Credential | None = None,
     ):
-        super().__init__(location)
+        self.auth = None if credential is None else TokenCheck(credential)
+        super().__init__(location, middleware={} if self.auth is None else {"auth": self.auth})
         self.buffer, self.schema, self.wait = buffer, schema, wait
-        self.tagged, self.actions, self.lanes = tagged, dict(actions or {}), lanes
+        self.tagged, self.actions, self.lanes, self.pop = tagged, dict(actions or {}), lanes, pop
 
     def do_get(self, context, ticket: flight.Ticket):
         text = ticket.ticket.decode()
@@ -93,7 +102,7 @@ class BufferFlightServer(flight.FlightServerBase):
             batch = None if popped is None else tag(*popped)
             schema = tagged_schema(self.schema)
         elif self.tagged:
-            popped = self.buffer.pop_tagged(rows, timeout=self.wait)
+            popped = self.pop(rows, self.wait) if self.pop else self.buffer.pop_tagged(rows, timeout=self.wait)
             batch = None if popped is None else tag(*popped)
             schema = tagged_schema(self.schema)
         else:
@@ -108,6 +117,8 @@ class BufferFlightServer(flight.FlightServerBase):
             out = {"rows": len(self.buffer), "utilisation": self.buffer.utilisation, "rows_out": self.buffer.rows_out}
             if "stats" in self.actions:
                 out.update(self.actions["stats"](body))
+        elif action.type == "ack" and "ack" not in self.actions:
+            out = {"released": 0}  # no leases: rows left with the DoGet
         elif action.type in self.actions:
             try:
                 out = self.actions[action.type](body)
@@ -119,15 +130,15 @@ class BufferFlightServer(flight.FlightServerBase):
 
 
 class FlightBufferClient:
-    """The trainer side: pops rows from a remote sample buffer."""
+    """The trainer side: pops rows from a remote sample buffer (with the job's ``token``, if given)."""
 
-    def __init__(self, location: str, timeout: float | None = None):
+    def __init__(self, location: str, timeout: float | None = None, token: str | None = None):
         self.location = location
         self.client = flight.connect(location)
-        self.options = flight.FlightCallOptions(timeout=timeout) if timeout else None
+        self.options = flight.FlightCallOptions(timeout=timeout, headers=call_headers(token))
 
     def _call(self):
-        return {} if self.options is None else {"options": self.options}
+        return {"options": self.options}
 
     def pop(self, rows: int, lane: int | None = None) -> pa.RecordBatch | None:
         ticket = f"rows={rows}" if lane is None else f"rows={rows};lane={lane}"

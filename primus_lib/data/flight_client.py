@@ -34,6 +34,10 @@ partitions are dropped, so a partition never reaches two ranks. With ``shuffle="
 (the stream's spec) every rank pulls its own lane from every executor instead (``executor/lanes.py``:
 rows spread round-robin over the ranks by offset, so no rank starves on light partitions); rank 0
 deals the partitions, and each rank's position holds its own lane's marks.
+
+Every call carries the job's Flight token (``flight_auth.py``: where the discovery says; a refused
+call reads it again before the next try). Each pulled batch is acknowledged (``ack``) as soon as
+it arrives: rows handed out but never acknowledged are the executor's to serve again.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus_lib.data.buffer import BufferClosed, SampleBuffer
+from primus_lib.data.buffer import BufferClosed, SampleBuffer, past
 from primus_lib.data.flight import FlightBufferClient
+from primus_lib.data.flight_auth import Credential, credential_for
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.resources.discovery import ExecutorDiscovery
 
@@ -69,6 +74,7 @@ class ExecutorStreamReader(StreamReader):
         takeover_after: float = 3.0,
         shuffle: str = "forward",
         universe_every: float = 1.0,
+        credential: Credential | None = None,
     ):
         if shuffle not in ("forward", "rebalance"):
             raise ValueError(f"shuffle must be 'forward' or 'rebalance', got {shuffle!r}")
@@ -76,6 +82,7 @@ class ExecutorStreamReader(StreamReader):
         self.takeover_after = takeover_after  # seconds an executor may be gone before the others take its share
         self.rank, self.size = rank, size  # under data parallelism rank r pulls executors i with i % size == r
         self.discovery, self.pull_rows, self.retry, self.call_timeout = discovery, pull_rows, retry, call_timeout
+        self.credential = credential if credential is not None else credential_for(discovery)
         self.buffer_rows = buffer_rows
         self.buffer = SampleBuffer(buffer_rows)
         self._start: dict[str, int] = {}
@@ -103,6 +110,15 @@ class ExecutorStreamReader(StreamReader):
         """This reader's executors (all of them in a world of one, or in rebalance mode)."""
         found = self.discovery.locations()
         return found if self.lane is not None else {i: loc for i, loc in found.items() if i % self.size == self.rank}
+
+    def _client(self, location: str) -> FlightBufferClient:
+        token = None if self.credential is None else self.credential.token()
+        return FlightBufferClient(location, timeout=self.call_timeout, token=token)
+
+    def _failed(self, exc: Exception) -> None:
+        """After a refused call the token is read again (the executors may have settled on another)."""
+        if isinstance(exc, flight.FlightUnauthenticatedError) and self.credential is not None:
+            self.credential.token(fresh=True)
 
     # -- pulling ---------------------------------------------------------------------------
     def _ensure_started(self) -> None:
@@ -137,7 +153,7 @@ class ExecutorStreamReader(StreamReader):
         buffer = self.buffer
         client = None
         try:
-            client = FlightBufferClient(location, timeout=self.call_timeout)
+            client = self._client(location)
             with self._lock:
                 position = dict(self._fetched)
             told = client.action("seek", {"position": position, "lane": self.rank, "lanes": self.size})
@@ -155,6 +171,7 @@ class ExecutorStreamReader(StreamReader):
                 self._empty[index] = got is None
                 if got is None:
                     continue
+                client.action("ack", {"position": past(got[1], got[2]), "lane": self.rank})  # ours now
                 fresh = self._accept(*got)
                 if fresh is None:
                     continue
@@ -167,6 +184,7 @@ class ExecutorStreamReader(StreamReader):
         except ERRORS as exc:
             self.reconnects += 1
             log.warning("executor %d at %s: %s; reconnecting", index, location, exc)
+            self._failed(exc)
             stop.wait(self.retry)
         finally:
             self._empty[index] = False
@@ -277,13 +295,14 @@ class ExecutorStreamReader(StreamReader):
 
     def _call(self, location: str, action: str, body: dict) -> dict | None:
         try:
-            client = FlightBufferClient(location, timeout=self.call_timeout)
+            client = self._client(location)
             try:
                 return client.action(action, body)
             finally:
                 client.close()
         except ERRORS as exc:
             log.warning("%s at %s failed: %s", action, location, exc)
+            self._failed(exc)
             return None
 
     def _stop_pullers(self) -> None:
@@ -327,12 +346,13 @@ class ExecutorStreamReader(StreamReader):
         done: set[str] = set()
         for index, location in sorted(self.locations().items()):
             try:
-                client = FlightBufferClient(location, timeout=self.call_timeout)
+                client = self._client(location)
                 try:
                     done |= set(client.action("commit", body)["committed"])
                 finally:
                     client.close()
             except ERRORS as exc:
+                self._failed(exc)
                 self.commit_failures += 1
                 log.warning("commit through executor %d at %s failed (the next checkpoint commits): %s",
                             index, location, exc)  # fmt: skip
@@ -343,7 +363,7 @@ class ExecutorStreamReader(StreamReader):
     def executor_stats(self, action: str = "stats") -> dict[int, dict]:
         out = {}
         for index, location in sorted(self.locations().items()):
-            client = FlightBufferClient(location, timeout=self.call_timeout)
+            client = self._client(location)
             try:
                 out[index] = client.action(action)
             finally:

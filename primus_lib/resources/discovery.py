@@ -18,6 +18,11 @@
   entry whose heartbeat is older than ``STALE_SECONDS`` (a killed executor) is not served. Any
   host that reaches the shared state finds the executors (heartbeats compare wall clocks: hosts
   must agree within a few seconds).
+
+Each discovery also says where the executors' credential is (``token``, read and checked by
+``primus_lib.data.flight_auth``): the job's Flight token beside the registry
+(``<registry>/.flight-token``: the local root's ``resources/executors/`` or the shared state's
+``executors/``), on Kubernetes the mounted Secret; a static list gets the backend's own place.
 """
 
 from __future__ import annotations
@@ -30,16 +35,31 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from primus_lib.paths import JobPaths
 from primus_lib.resources.table import write_json
 from primus_lib.spec.job import PrimusJob
 
+if TYPE_CHECKING:
+    from primus_lib.storage import StorageLocation
+
 log = logging.getLogger(__name__)
 
 ROLE = "stream_executor"
 ENV_LOCATIONS = "PRIMUS_STREAM_EXECUTORS"
+TOKEN_NAME = ".flight-token"  # the job's Flight token, beside the executors' registry
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    """Where the job's Flight token is: made there on first use, unless ``create`` is False (a
+    mounted Secret)."""
+
+    where: Path | StorageLocation
+    create: bool = True
 
 
 def executor_replicas(job: PrimusJob, role: str = ROLE) -> int:
@@ -49,6 +69,8 @@ def executor_replicas(job: PrimusJob, role: str = ROLE) -> int:
 
 
 class ExecutorDiscovery(ABC):
+    token: TokenFile | None = None  # the job's Flight token: every call to the executors carries it
+
     @abstractmethod
     def locations(self) -> dict[int, str]:
         """Executor index -> Flight location, of the executors serving now."""
@@ -61,8 +83,9 @@ class ExecutorDiscovery(ABC):
 
 
 class StaticDiscovery(ExecutorDiscovery):
-    def __init__(self, locations: list[str]):
+    def __init__(self, locations: list[str], token: TokenFile | None = None):
         self._locations = {i: loc for i, loc in enumerate(locations)}
+        self.token = token
 
     def locations(self) -> dict[int, str]:
         return dict(self._locations)
@@ -71,6 +94,7 @@ class StaticDiscovery(ExecutorDiscovery):
 class LocalDiscovery(ExecutorDiscovery):
     def __init__(self, directory: Path):
         self.directory = directory
+        self.token = TokenFile(directory.parent / TOKEN_NAME)
 
     @classmethod
     def for_stream(cls, job: PrimusJob, stream: str) -> LocalDiscovery:
@@ -138,6 +162,7 @@ class SharedStateDiscovery(ExecutorDiscovery):
         from primus_lib.storage import locate
 
         self.directory = locate(directory)  # a StorageLocation (remote) or a local Path
+        self.token = TokenFile(self.directory.parent / TOKEN_NAME)
         self.heartbeat, self.stale = heartbeat, stale
         self._beats: dict[int, tuple[threading.Event, threading.Thread]] = {}
 
@@ -210,7 +235,12 @@ def discovery_for(job: PrimusJob, stream: str) -> ExecutorDiscovery:
     executors' headless Service's Endpoints)."""
     raw = os.environ.get(ENV_LOCATIONS, "").strip()
     if raw:
-        return StaticDiscovery([part.strip() for part in raw.split(",") if part.strip()])
+        own = _backend_discovery(job, stream)  # where the job's token is
+        return StaticDiscovery([part.strip() for part in raw.split(",") if part.strip()], own.token)
+    return _backend_discovery(job, stream)
+
+
+def _backend_discovery(job: PrimusJob, stream: str) -> ExecutorDiscovery:
     backend = job.spec.resources.backend
     if backend == "kubernetes":
         from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery

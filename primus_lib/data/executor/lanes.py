@@ -13,7 +13,8 @@ Exactly once: each rank's position names, per partition, the offset just past it
 last row (its lane mark). A rewind (a rank's ``seek``) goes back to the lowest offset any
 attached lane still needs, so no lane loses a row; a lane's reader drops what it has seen.
 Kafka gets, per partition, the lowest offset over the ranks' commits, once every rank has
-committed it: below it every lane's rows were trained.
+committed it: below it every lane's rows were trained. Each lane hands its rows out under a lease
+(``leases.py``): rows its rank took but never acknowledged are served to that lane again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from primus_lib.data.buffer import SampleBuffer, past
+from primus_lib.data.buffer import past
+from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
 
 Tagged = tuple[pa.RecordBatch, list[str], np.ndarray]
 
@@ -40,8 +42,8 @@ def interleave(keys: list[str], rng: np.random.Generator) -> np.ndarray:
 
 
 class Lanes:
-    def __init__(self, capacity_rows: int, lanes: int = 1, seed: int = 0):
-        self.capacity_rows = capacity_rows
+    def __init__(self, capacity_rows: int, lanes: int = 1, seed: int = 0, hold: float = LEASE_SECONDS):
+        self.capacity_rows, self.hold = capacity_rows, hold
         self.rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
         self.reset(lanes)
@@ -53,7 +55,7 @@ class Lanes:
         old = getattr(self, "buffers", [])
         with self._lock:
             self.count = lanes
-            self.buffers = [SampleBuffer(max(1, self.capacity_rows // lanes)) for _ in range(lanes)]
+            self.buffers = [LeasedBuffer(max(1, self.capacity_rows // lanes), self.hold) for _ in range(lanes)]
             self.marks: dict[int, dict[str, int]] = {}  # lane -> partition -> the next offset it still needs
             self.commits: dict[int, dict[str, int]] = {}  # lane -> partition -> its rank's last commit
         for buffer in old:
@@ -81,14 +83,24 @@ class Lanes:
         batch, keys, offsets = piece
         return self.buffers[lane].put(batch, (keys, offsets), timeout=timeout)
 
-    def pop(self, lane: int, rows: int, timeout: float) -> Tagged | None:
+    def _lane(self, lane: int) -> LeasedBuffer:
         if not 0 <= lane < self.count:
             raise ValueError(f"lane {lane} of {self.count}: the reader's rank is out of range")
-        got = self.buffers[lane].pop_tagged(rows, timeout=timeout)
+        return self.buffers[lane]
+
+    def pop(self, lane: int, rows: int, timeout: float) -> Tagged | None:
+        """Rows of lane ``lane``, leased to its reader until it acknowledges them (``ack``)."""
+        got = self._lane(lane).lease(rows, timeout)
         if got is not None:
             with self._lock:
                 self.marks.setdefault(lane, {}).update(past(got[1], got[2]))
         return got
+
+    def ack(self, lane: int, position: dict[str, int]) -> int:
+        return self._lane(lane).ack(position)
+
+    def leased(self) -> int:
+        return sum(b.leased() for b in self.buffers)
 
     def rewind_to(self, lane: int, wanted: dict[str, int], fallback: dict[str, int]) -> dict[str, int]:
         """Lane ``lane`` (re)attaches wanting ``wanted``: the offsets to read again from, the

@@ -22,8 +22,13 @@ tagged) hands out rows with their partition and offset, and answers actions:
   given), else the group's committed offsets. Serving a partition from two executors for a
   moment is harmless: the reader accepts each offset once, and each serves it contiguously
   from a start at or below the mark.
+- ``ack {"position": {...}}``: the reader holds every row below these offsets. A ``DoGet`` hands rows
+  out under a lease (``leases.py``): unacknowledged within ``lease`` seconds, they are served again.
 - ``stats`` (buffer fill, partitions, fetched position, committed), ``lag`` (consumer lag),
   ``partitions`` (every partition of the stream it knows, in dealing order).
+
+Every call needs the job's token (``primus_lib.data.flight_auth``; ``credential``, else the one
+``discovery`` names): a caller without it, or with another job's, is refused before the method runs.
 
 Partitions added to a topic while it runs: each runner's reader lists the topic every
 ``PARTITION_CHECK_S`` (the check a whole-topic reader adds them with, ``sources/kafka.py``); a new
@@ -49,10 +54,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import TopicPartition
 
-from primus_lib.data.buffer import BufferClosed, SampleBuffer, past
+from primus_lib.data.buffer import BufferClosed, past
 from primus_lib.data.executor.lanes import Lanes
+from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
 from primus_lib.data.executor.partitions import first_offset, in_order, owned, stream_partitions
 from primus_lib.data.flight import BufferFlightServer
+from primus_lib.data.flight_auth import Credential, credential_for
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.kafka import KafkaStreamReader, partition_key, retrying
 from primus_lib.resources.discovery import ExecutorDiscovery
@@ -89,6 +96,8 @@ class ExecutorService:
         poll_rows: int = 4096,
         wait: float = 0.2,
         discovery: ExecutorDiscovery | None = None,
+        credential: Credential | None = None,
+        lease: float = LEASE_SECONDS,
     ):
         self.job, self.stream_name, self.index, self.replicas = job, stream, index, replicas
         spec = job.stream(stream)
@@ -100,8 +109,12 @@ class ExecutorService:
         self._added: set[str] = set()  # partitions added since start: read from their first offset
         self._grow = threading.Lock()
         self.partitions = owned(self.all_partitions, index, replicas)
-        self.buffer = SampleBuffer(capacity_rows)
-        self.lanes = Lanes(capacity_rows, seed=index) if self.mode == "rebalance" else None  # one per trainer rank
+        self.credential = credential or (credential_for(discovery) if discovery is not None else None)
+        if self.credential is None:
+            raise ValueError(f"stream executor {stream}/{index}: no credential (the job's Flight token)")
+        self.credential.token()  # made now if this job has none yet; a pod without its Secret stops here
+        self.buffer = LeasedBuffer(capacity_rows, lease)
+        self.lanes = Lanes(capacity_rows, seed=index, hold=lease) if self.mode == "rebalance" else None  # per rank
         self.runners: list[_Runner] = []
         self._admin = threading.RLock()  # actions that change or walk the runners
         try:
@@ -115,10 +128,10 @@ class ExecutorService:
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
         schema = sample_schema(job.spec.features, job_keys(job))
         actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
-                   "assign": self._assign, "partitions": lambda body: {"all": self.all_keys}}  # fmt: skip
+                   "assign": self._assign, "partitions": lambda body: {"all": self.all_keys}, "ack": self._ack}  # fmt: skip
         self.server = BufferFlightServer(
             self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions,
-            lanes=None if self.lanes is None else self.lanes.pop,
+            lanes=None if self.lanes is None else self.lanes.pop, pop=self.buffer.lease, credential=self.credential,
         )  # fmt: skip
         self.location = f"grpc://{advertise or host}:{self.server.port}"
 
@@ -290,8 +303,16 @@ class ExecutorService:
                      self.keys, dropped, sorted(gone))  # fmt: skip
             return {"partitions": self.keys, "dropped": dropped}
 
+    def _ack(self, body: dict) -> dict:
+        """The reader holds every row below ``position`` (rebalance: of lane ``lane``): their leases end."""
+        position = _position_of(body)
+        if self.lanes is not None:
+            return {"released": self.lanes.ack(int(body.get("lane", 0)), position)}
+        return {"released": self.buffer.ack(position)}
+
     def _commit(self, body: dict) -> dict:
-        """Commit ``position`` (rebalance: rank ``lane``'s; Kafka gets the lowest over the ranks)."""
+        """Commit ``position`` (rebalance: rank ``lane``'s; Kafka gets the lowest over the ranks); acks it."""
+        self._ack(body)
         position = _position_of(body)
         if self.lanes is not None:
             position = self.lanes.committable(int(body.get("lane", 0)), position)
@@ -329,6 +350,8 @@ class ExecutorService:
             "rows_in": self.rows_in,
             "capacity": self.buffer.capacity,
             "errors": sum(r.errors for r in self.runners),
+            "leased": self.buffer.leased() + (self.lanes.leased() if self.lanes is not None else 0),
+            "refused": self.server.auth.refused if self.server.auth is not None else 0,
         }
 
     def _lag(self, body: dict) -> dict:

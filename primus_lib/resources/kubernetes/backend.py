@@ -7,7 +7,9 @@ scheduler finds no node for stays Pending; status() names it and the scheduler's
 controller restarts failed trainer pods up to backoffLimit = max_restarts x replicas; a
 StatefulSet's pod restarting more than max_restarts times fails its role (and the job if critical).
 Scaling the stream executors patches their replicas and $PRIMUS_REPLICAS in the pod template (each
-executor's N: the pods roll); their headless Service is how the trainer finds them. Resize patches
+executor's N: the pods roll); their headless Service is how the trainer finds them, their NetworkPolicy
+admits only the job's trainer pods, and the Secret ``<job>-flight`` (made once, never read back) is
+the Flight token both mount. Resize patches
 the pod templates (a rolling update); a Job's template is immutable, so a trainer resize or a
 scale-up past its completions recreates the Job once the old one's pods are gone (foreground
 deletion, primus_lib/resources/kubernetes/trainer.py; the trainer resumes from its checkpoint).
@@ -16,6 +18,7 @@ deletion, primus_lib/resources/kubernetes/trainer.py; the trainer resumes from i
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterable
 from typing import Any
 
@@ -139,6 +142,11 @@ class KubernetesBackend(ResourceBackend):
             self._create(self.cluster.core.create_namespaced_service, m.trainer_service(self.job, uid))
         if m.EXECUTOR_ROLE in self.roles() and self.runnable(m.EXECUTOR_ROLE):  # the trainer finds them here
             self._create(self.cluster.core.create_namespaced_service, m.executor_service(self.job, uid))
+            policy = m.executor_network_policy(self.job, uid)
+            self._create(self.cluster.networking.create_namespaced_network_policy, policy)
+        if m.has_executors(self.job) and {m.EXECUTOR_ROLE, "trainer"} & set(self.roles()):  # 409: token kept
+            token = m.flight_secret(self.job, secrets.token_urlsafe(32), uid)
+            self._create(self.cluster.core.create_namespaced_secret, token)
         return uid
 
     def workload(self, role: str, uid: str | None, replicas=None, cpu=None, memory=None) -> dict:
@@ -371,6 +379,7 @@ class KubernetesBackend(ResourceBackend):
         self._delete_workloads()
         for delete, name in ((self.cluster.core.delete_namespaced_service, m.trainer_service_name(self.job)),
                              (self.cluster.core.delete_namespaced_service, m.executor_service_name(self.job)),
+                             (self.cluster.networking.delete_namespaced_network_policy, m.executor_service_name(self.job)),
                              (self.cluster.core.delete_namespaced_config_map, m.spec_configmap_name(self.job))):  # fmt: skip
             try:
                 delete(name, self.ns)

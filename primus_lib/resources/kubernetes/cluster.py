@@ -74,6 +74,12 @@ class Cluster:
         return client.BatchV1Api(self.api)
 
     @property
+    def networking(self):
+        from kubernetes import client
+
+        return client.NetworkingV1Api(self.api)
+
+    @property
     def custom(self):
         from kubernetes import client
 

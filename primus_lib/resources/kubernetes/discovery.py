@@ -1,11 +1,12 @@
-"""Stream executor discovery on Kubernetes: the ready addresses of the executors' headless Service."""
+"""Stream executor discovery on Kubernetes: the ready addresses of the executors' headless Service;
+their credential is the job's Secret mounted into the pod (``manifests.FLIGHT_TOKEN_FILE``)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from primus_lib.resources.discovery import ExecutorDiscovery
+from primus_lib.resources.discovery import ExecutorDiscovery, TokenFile
 from primus_lib.spec.job import PrimusJob
 
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -22,6 +23,9 @@ class KubernetesDiscovery(ExecutorDiscovery):
     def __init__(self, service: str, namespace: str, api_client=None, port_name: str = "flight"):
         self.service, self.namespace, self.port_name = service, namespace, port_name
         self._api_client = api_client  # made on first use: an executor pod (no token) never needs one
+        from primus_lib.resources.kubernetes.manifests import FLIGHT_TOKEN_FILE
+
+        self.token = TokenFile(Path(FLIGHT_TOKEN_FILE), create=False)  # the Secret, mounted by the pod template
 
     @classmethod
     def for_job(cls, job: PrimusJob, stream: str) -> KubernetesDiscovery:

@@ -4,7 +4,11 @@
   exists), plus a headless Service for torchrun's rendezvous (stable pod DNS names);
 - other runnable roles (stream executors, parameter servers): a StatefulSet each;
 - stream executors: a headless Service (the Flight port, named ``flight``) that is their StatefulSet's
-  serviceName; the trainer lists its Endpoints (``primus_lib.resources.discovery``);
+  serviceName; the trainer lists its Endpoints (``primus_lib.resources.discovery``); a NetworkPolicy
+  that admits to their pods only the job's trainer pods, on the Flight port; and the job's Flight
+  token, a Secret ``<job>-flight`` the controller creates (and never reads back) and mounts into the
+  executor and trainer pods at FLIGHT_TOKEN_FILE: every Flight call carries it
+  (``primus_lib.data.flight_auth``);
 - the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
 Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
 No secret in an object: the PrimusJob and the ConfigMap carry ``spec.storage.database`` with its
@@ -36,6 +40,8 @@ PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
 EXECUTOR_ROLE = "stream_executor"
 FLIGHT_PORT = 8815  # every stream executor pod serves Arrow Flight here
 FLIGHT_PORT_NAME = "flight"
+FLIGHT_SECRET_MOUNT, FLIGHT_TOKEN_KEY = "/etc/primus-flight", "token"
+FLIGHT_TOKEN_FILE = f"{FLIGHT_SECRET_MOUNT}/{FLIGHT_TOKEN_KEY}"
 DATABASE_PASSWORD_ENV = "PRIMUS_DATABASE_PASSWORD"
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
 
@@ -63,6 +69,10 @@ def spec_configmap_name(job: PrimusJob) -> str:
 
 def database_secret_name(job: PrimusJob) -> str:
     return f"{job.name}-database"
+
+
+def flight_secret_name(job: PrimusJob) -> str:
+    return f"{job.name}-flight"
 
 
 def password_as_variable(url: str) -> str:
@@ -159,6 +169,21 @@ def reads_endpoints(job: PrimusJob, role: str) -> bool:
     )
 
 
+def has_executors(job: PrimusJob) -> bool:
+    """The backend runs stream executors for this job (their Service, NetworkPolicy and token)."""
+    spec = job.spec.resources.roles.get(EXECUTOR_ROLE)
+    return spec is not None and command(job, EXECUTOR_ROLE) is not None
+
+
+def flight_token_volume(job: PrimusJob, role: str, pod: dict[str, Any], container: dict[str, Any]) -> None:
+    """Mount the job's Flight token into the pods that speak Flight (its executors and its trainer)."""
+    if role not in (EXECUTOR_ROLE, role_rules.TRAINER_ROLE) or not has_executors(job):
+        return
+    secret = {"secretName": flight_secret_name(job), "defaultMode": 0o440}  # group: the pod's fsGroup
+    pod["volumes"].append({"name": "flight-token", "secret": secret})
+    container["volumeMounts"].append({"name": "flight-token", "mountPath": FLIGHT_SECRET_MOUNT, "readOnly": True})
+
+
 def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None,
                  subdomain: str | None = None) -> dict[str, Any]:  # fmt: skip
     spec = job.spec.resources.roles[role]
@@ -188,6 +213,7 @@ def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu
     }  # fmt: skip
     if subdomain:
         pod["subdomain"] = subdomain
+    flight_token_volume(job, role, pod, container)
     return {"metadata": {"labels": labels(job, role)}, "spec": pod}
 
 
@@ -247,6 +273,28 @@ def executor_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, 
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": False, "selector": labels(job, EXECUTOR_ROLE),
                      "ports": [{"name": FLIGHT_PORT_NAME, "port": FLIGHT_PORT,
                                 "targetPort": FLIGHT_PORT_NAME}]}}  # fmt: skip
+
+
+def flight_secret(job: PrimusJob, token: str, owner_uid: str | None = None) -> dict[str, Any]:
+    """The job's Flight token (``token``: fresh from ``secrets``), deleted with the PrimusJob."""
+    metadata = meta(job, flight_secret_name(job), None, owner_uid)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": metadata,
+        "stringData": {FLIGHT_TOKEN_KEY: token},
+    }
+
+
+def executor_network_policy(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
+    """Ingress to the job's executor pods only from the job's trainer pods, only on the Flight port
+    (the kubelet's probes from the node pass, as for every NetworkPolicy)."""
+    trainers = {"podSelector": {"matchLabels": {JOB_LABEL: job.name, ROLE_LABEL: dns(role_rules.TRAINER_ROLE)}}}
+    ingress = [{"from": [trainers], "ports": [{"protocol": "TCP", "port": FLIGHT_PORT}]}]
+    spec = {"podSelector": {"matchLabels": labels(job, EXECUTOR_ROLE)}, "policyTypes": ["Ingress"], "ingress": ingress}
+    metadata = meta(job, executor_service_name(job), EXECUTOR_ROLE, owner_uid)
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata, "spec": spec}
 
 
 def replicas_patch(obj: dict, n: int) -> list[dict[str, Any]]:

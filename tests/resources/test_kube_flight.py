@@ -1,0 +1,96 @@
+"""The stream executors' Flight service on Kubernetes, against the real control plane
+(tests/fixtures/kube.py): the controller (its ServiceAccount, config/rbac) creates the job's Flight
+token as a Secret it cannot read back, mounts it into the executor and trainer pods (where
+``KubernetesDiscovery`` reads it), and a NetworkPolicy the API server accepts that admits to the
+executor pods only the job's trainer pods, on the Flight port. Nothing here runs a container (kwok):
+the token's use is tested against real executor processes in tests/data/test_flight_auth.py."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from primus_lib.resources.kubernetes import manifests as m
+from primus_lib.resources.kubernetes.backend import KubernetesBackend
+from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
+from tests.resources.conftest import apply_crd, wait_for
+from tests.resources.test_kube_executors import executor_job
+from tests.resources.test_kubernetes import selector, started
+from tests.resources.test_rbac import apply_rbac, denied, service_account_token
+
+pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
+
+
+def flight_mounts(spec) -> list[tuple[str, str]]:
+    """(secret, mount path) of every Secret volume mounted into the pod spec's containers."""
+    secrets = {v.name: v.secret.secret_name for v in spec.volumes or [] if v.secret is not None}
+    mounts = [mount for container in spec.containers for mount in container.volume_mounts or []]
+    return [(secrets[mount.name], mount.mount_path) for mount in mounts if mount.name in secrets]
+
+
+def test_the_token_is_mounted_where_the_pods_discovery_reads_it(job_env):
+    job = executor_job()
+    assert KubernetesDiscovery.for_job(job, "realtime").token.where == Path(m.FLIGHT_TOKEN_FILE)
+    assert KubernetesDiscovery.for_job(job, "realtime").token.create is False  # a pod never makes one
+    for role in ("stream_executor", "trainer"):
+        pod = m.pod_template(job, role, "Always", cmd=["x"])["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "flight-token")
+        assert volume["secret"] == {"secretName": "ctr-demo-flight", "defaultMode": 0o440}
+        mount = next(v for v in pod["containers"][0]["volumeMounts"] if v["name"] == "flight-token")
+        assert mount == {"name": "flight-token", "mountPath": m.FLIGHT_SECRET_MOUNT, "readOnly": True}
+    others = m.pod_template(job, "data_executor", "Always", cmd=["x"])["spec"]
+    assert [v["name"] for v in others["volumes"]] == ["spec", "tmp"]  # no other role gets the token
+
+
+def test_the_controller_creates_the_token_and_a_network_policy_that_admits_only_the_trainer(
+    kube_cluster, job_env, kube_namespaces
+):
+    admin = kube_cluster.client()
+    apply_crd(admin)
+    ns = kube_namespaces(admin)
+    apply_rbac(admin, ns)
+    controller = kube_cluster.client(service_account_token(admin, ns))  # the controller's own identity
+    job = executor_job()
+    backend = KubernetesBackend(job, cluster=Cluster(controller, ns))
+    backend.submit()
+    started(backend)
+    core, networking = client.CoreV1Api(admin), client.NetworkingV1Api(admin)
+
+    secret = core.read_namespaced_secret(m.flight_secret_name(job), ns)
+    token = base64.b64decode(secret.data[m.FLIGHT_TOKEN_KEY]).decode()
+    assert len(token) >= 32 and secret.metadata.owner_references[0].kind == "PrimusJob"
+    assert denied(lambda: client.CoreV1Api(controller).read_namespaced_secret(m.flight_secret_name(job), ns))
+    backend.reconcile()  # the controller comes back: the Secret (and the pods' token) stays as it was
+    assert core.read_namespaced_secret(m.flight_secret_name(job), ns).data == secret.data
+
+    # every executor and trainer pod, as the API server stored them, mounts the job's token
+    def pods_of(role: str) -> list:
+        return core.list_namespaced_pod(ns, label_selector=selector(job, role)).items
+
+    executors = wait_for("2 executor pods", lambda: len(found := pods_of("stream_executor")) == 2 and found)
+    trainers = pods_of("trainer")
+    assert len(trainers) == 1
+    for pod in [*executors, *trainers]:
+        assert flight_mounts(pod.spec) == [(m.flight_secret_name(job), m.FLIGHT_SECRET_MOUNT)], pod.metadata.name
+
+    # the NetworkPolicy as stored: the executor pods, ingress only from the trainer pods on the Flight port
+    policy = networking.read_namespaced_network_policy(m.executor_service_name(job), ns)
+    assert policy.spec.policy_types == ["Ingress"] and len(policy.spec.ingress) == 1
+    rule = policy.spec.ingress[0]
+    assert [(p.protocol, p.port) for p in rule.ports] == [("TCP", m.FLIGHT_PORT)]
+    assert len(rule._from) == 1 and rule._from[0].namespace_selector is None and rule._from[0].ip_block is None
+
+    def chosen(labels: dict[str, str]) -> set[str]:  # the pods a selector picks, as the API server matches it
+        found = core.list_namespaced_pod(ns, label_selector=",".join(f"{k}={v}" for k, v in labels.items()))
+        return {p.metadata.name for p in found.items}
+
+    assert chosen(policy.spec.pod_selector.match_labels) == {p.metadata.name for p in executors}
+    assert chosen(rule._from[0].pod_selector.match_labels) == {p.metadata.name for p in trainers}
+
+    backend.stop()
+    remaining = networking.list_namespaced_network_policy(ns).items
+    assert [p.metadata.name for p in remaining] == []
