@@ -7,7 +7,9 @@ The cluster is our own (devstack.postgres, durable defaults), so it can be stopp
 the same port and data directory. Airflow's processes are watched by a supervisor as production
 runs them (systemd ``Restart=always``, a Kubernetes Deployment): one that exits is started again
 after a short pause. The backfill must complete, every window's run succeed, each window be queued
-for training exactly once, in time order, with every produced sample, and no run be duplicated.
+for training exactly once, in time order, and no run be duplicated. Then a ``primus train`` over
+the queue (the backfill ran ``mode=skip``: data only) must train every produced sample id exactly
+once, counted from its sample log against the impressions' ids.
 The scheduler's recovery timers are shortened as in test_airflow_faults.py (seconds, not minutes).
 """
 
@@ -25,7 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from devstack.postgres import ROLE
+from primus_lib.train.sample_log import read_sample_log
 from tests.fixtures.postgres import own_cluster
+from tests.reliability.test_airflow_faults import produced_ids
 from tests.reliability.test_load import _bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,9 +140,27 @@ def test_a_restarted_metadata_database_loses_and_repeats_no_window(tmp_path, pg)
     assert [r["state"] for r in runs] == ["success"] * WINDOWS, [(r["logical_date"], r["state"]) for r in runs]
     assert [w for _, w in queued] == expected  # each window queued once, in time order
     assert [s for s, _ in queued] == sorted({s for s, _ in queued})
-    assert rows_queued == produced  # every produced sample queued: none lost, none twice
+    assert rows_queued == produced  # every produced sample's row queued (row counts)
+    trained = _train_the_queue(job, tmp_path / "trained-ids.log", expected[-1])
+    counts = trained.count(produced_ids(job.data, [load.START + timedelta(hours=h) for h in range(WINDOWS)]))
+    print(f"metadata restart, trained afterwards by sample id: {counts}")
+    assert counts.exactly_once, counts  # by sample id: none lost, none twice
+    assert trained.resumed_at == [0] and not trained.replayed  # one trainer run, nothing replayed
     assert sizes["ledger"]["data_windows"]["rows"] == WINDOWS
     assert FINISHED_BEFORE <= finished(at_stop) < WINDOWS  # the outage came mid-backfill
+
+
+def _train_the_queue(job, log: Path, last: str):
+    """``primus train --until-window LAST --sample-log LOG`` over what the backfill queued."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, **job.env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "primus_lib.cli.main", "train", str(job.spec), "--until-window", last,
+            "--poll-interval", "0.2", "--sample-log", str(log)]  # fmt: skip
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return read_sample_log(log.read_text())
 
 
 WAITER = r"""
