@@ -13,19 +13,58 @@ set from an Airflow connection by the storage hook), else ``localhost:9870``.
 ``hdfs://`` goes through pyarrow's libhdfs binding, which needs a JVM and Hadoop's native
 libhdfs (only in Hadoop's binary distribution): not obtainable on the project's machines, so
 untested here.
+
+A caller that resolved a source's connection itself passes the result to ``resolve`` as
+``credentials`` (``S3Credentials`` / ``WebHdfsCredentials``): then the process environment is not
+read at all, so one process can serve sources of several accounts (the Airflow triggerer) and
+nothing is written to ``os.environ``. ``credentials_env`` is the same values as the variables
+above, for processes that still receive them through their environment.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import pyarrow.fs as pafs
 
 WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # the NameNode of authority-less webhdfs:/// URIs
 WEBHDFS_DEFAULT_PORT = 9870
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """An S3 store's keys, endpoint and region, resolved by the caller (an Airflow connection).
+    None fields are unset (no keys: the SDK's default chain; no endpoint: AWS itself)."""
+
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    endpoint_url: str | None = None  # http[s]://host:port
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class WebHdfsCredentials:
+    """The WebHDFS user and the NameNode of ``webhdfs:///path`` URIs (``http[s]://host:port``)."""
+
+    user: str | None = None
+    namenode_url: str | None = None
+
+
+StorageCredentials = S3Credentials | WebHdfsCredentials
+
+
+def credentials_env(credentials: StorageCredentials) -> dict[str, str]:
+    """The environment variables ``resolve`` reads when it is given no credentials."""
+    if isinstance(credentials, S3Credentials):
+        c = credentials
+        keys = {"AWS_ACCESS_KEY_ID": c.access_key_id, "AWS_SECRET_ACCESS_KEY": c.secret_access_key}
+        env = {**keys, "AWS_ENDPOINT_URL_S3": c.endpoint_url, "AWS_DEFAULT_REGION": c.region}
+    else:
+        env = {"HADOOP_USER_NAME": credentials.user, WEBHDFS_URL_ENV: credentials.namenode_url}
+    return {key: value for key, value in env.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -46,8 +85,9 @@ class Location:
         return f"{self.scheme}://{self.authority}{path if path.startswith('/') else '/' + path}"
 
 
-def resolve(uri: str) -> Location:
-    """Split ``uri`` into a (cached, shared) filesystem and a path."""
+def resolve(uri: str, credentials: StorageCredentials | None = None) -> Location:
+    """Split ``uri`` into a (cached, shared) filesystem and a path; with ``credentials``, the
+    filesystem uses them and nothing of the environment."""
     parts = urlsplit(uri)
     scheme = parts.scheme or "file"
     query = tuple(sorted((k, v[-1]) for k, v in parse_qs(parts.query).items()))
@@ -57,11 +97,12 @@ def resolve(uri: str) -> Location:
         )
     if scheme == "s3":
         path = parts.netloc + parts.path
-        return Location(_s3(query, _s3_env_key()), path, "s3", parts.netloc)
+        return Location(_s3(query, _s3_key(uri, credentials)), path, "s3", parts.netloc)
     if scheme == "webhdfs":
-        host, port, https = _namenode(parts)
+        given = _expect(uri, credentials, WebHdfsCredentials)
+        host, port, https = _namenode(parts, given.namenode_url if given else os.environ.get(WEBHDFS_URL_ENV))
         options = dict(query)
-        user = options.get("user") or os.environ.get("HADOOP_USER_NAME")
+        user = options.get("user") or (given.user if given else os.environ.get("HADOOP_USER_NAME"))
         https = https or options.get("https") == "true"
         # Tasks carry the NameNode even when the spec's URI left it to the connection.
         authority = parts.netloc or f"{host}:{port}"
@@ -76,7 +117,19 @@ def _local() -> pafs.FileSystem:
     return pafs.LocalFileSystem()
 
 
-def _s3_env_key() -> tuple:
+def _expect(uri: str, credentials: StorageCredentials | None, kind: type) -> StorageCredentials | None:
+    if credentials is not None and not isinstance(credentials, kind):
+        raise ValueError(
+            f"{uri}: the connection's credentials are {type(credentials).__name__}, expected {kind.__name__}"
+        )
+    return credentials
+
+
+def _s3_key(uri: str, credentials: StorageCredentials | None) -> tuple:
+    """(access key, secret key, region, endpoint, S3 endpoint): the credentials', else the environment's."""
+    given = _expect(uri, credentials, S3Credentials)
+    if given is not None:
+        return given.access_key_id, given.secret_access_key, given.region, None, given.endpoint_url
     names = (
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
@@ -101,16 +154,16 @@ def _s3(query: tuple, env: tuple) -> pafs.FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
-def _namenode(parts) -> tuple[str, int, bool]:
-    """(host, HTTP port, https) of a webhdfs URI, from the URI or else ``PRIMUS_WEBHDFS_URL``."""
+def _namenode(parts, default: str | None) -> tuple[str, int, bool]:
+    """(host, HTTP port, https) of a webhdfs URI, from the URI or else ``default`` (the
+    credentials' NameNode or ``PRIMUS_WEBHDFS_URL``)."""
     if parts.hostname:
         return parts.hostname, parts.port or WEBHDFS_DEFAULT_PORT, False
-    default = os.environ.get(WEBHDFS_URL_ENV)
     if not default:
         return "localhost", WEBHDFS_DEFAULT_PORT, False
     split = urlsplit(default if "://" in default else f"http://{default}")
     if not split.hostname:
-        raise ValueError(f"{WEBHDFS_URL_ENV}={default!r}: expected http[s]://host:port")
+        raise ValueError(f"NameNode {default!r} (connection or {WEBHDFS_URL_ENV}): expected http[s]://host:port")
     return split.hostname, split.port or WEBHDFS_DEFAULT_PORT, split.scheme == "https"
 
 

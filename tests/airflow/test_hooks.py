@@ -104,3 +104,21 @@ def test_the_spec_only_names_connections_and_the_operators_apply_them_for_the_bl
     both = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: other_s3}", 1)
     with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID differently"):
         job_connection_env(_job(both))
+
+
+def test_storage_hook_gives_the_connection_as_typed_credentials_without_touching_the_environment(monkeypatch):
+    """What a trigger hands to primus_lib.filesystems.resolve: the same values as the env form."""
+    import asyncio
+
+    from primus_lib.filesystems import S3Credentials, WebHdfsCredentials, credentials_env
+
+    _conn(monkeypatch, "logs_s3", S3)
+    webhdfs = {"conn_type": "webhdfs", "host": "nn1", "port": 9871, "login": "etl", "extra": {"use_ssl": "true"}}
+    _conn(monkeypatch, "nn", webhdfs)
+    before = dict(os.environ)
+    s3 = asyncio.run(PrimusStorageHook("logs_s3").acredentials())
+    assert s3 == S3Credentials("AKIA-TEST", "secret-key", "http://127.0.0.1:9000", "eu-west-1")
+    assert credentials_env(s3) == PrimusStorageHook("logs_s3").env()
+    assert "secret-key" not in repr(s3)
+    assert asyncio.run(PrimusStorageHook("nn").acredentials()) == WebHdfsCredentials("etl", "https://nn1:9871")
+    assert dict(os.environ) == before

@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
+import pytest
 from primus_operators.triggers import SourceReadyTrigger, TrainerProgressTrigger
 
 from tests.fixtures.airflow import make_job
@@ -124,3 +127,56 @@ def test_source_trigger_reports_a_broken_spec_as_an_error_event(tmp_path: Path):
     spec.write_text("apiVersion: primus.dev/v1alpha1\nkind: PrimusJob\n")
     got = events(SourceReadyTrigger(str(spec), "history", "clicks", "2026-11-01T00:00:00+00:00", 0.05, 1))
     assert got[0]["status"] == "error" and "bad.yaml" in got[0]["message"]
+
+
+@pytest.mark.integration
+def test_source_trigger_reads_s3_with_the_sources_connection_and_sets_no_environment(
+    s3_server, tmp_path: Path, monkeypatch
+):
+    """The triggerer's environment has no storage settings: the trigger resolves the source's
+    ``connection_id`` itself (``aget_connection``) and hands the credentials to the filesystem."""
+    from primus_operators.operators import source as source_module
+
+    from tests.fixtures.airflow import JOB_SPEC
+
+    bucket = f"trigger-{uuid.uuid4().hex[:8]}"
+    fs = s3_server.filesystem()
+    fs.create_dir(bucket)
+    part = f"{bucket}/clicks/20261101/00"
+    fs.open_output_stream(f"{part}/part-0.parquet").write(b"not read by the readiness check")
+    spec = JOB_SPEC.format(name="s3-trigger", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
+    spec = spec.replace("file://${PRIMUS_DATA}/", f"s3://{bucket}/").replace(
+        "success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: trigger_s3}"
+    )
+    (tmp_path / "s3-trigger.yaml").write_text(spec)
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
+    extra = {"endpoint_url": s3_server.url, "region_name": "us-east-1"}
+    conn = {"conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key, "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_TRIGGER_S3", json.dumps(conn))
+    window = "2026-11-01T00:00:00+00:00"
+    trigger = SourceReadyTrigger(str(tmp_path / "s3-trigger.yaml"), "history", "clicks", window, 0.1, 60, 0)
+    seen: list[str] = []
+
+    def watch_then_mark() -> None:  # the marker lands after the trigger looked at least twice
+        deadline = time.monotonic() + 30
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fs.open_output_stream(f"{part}/_SUCCESS").close()
+
+    real_readiness = source_module.readiness
+
+    def counted(*args, **kwargs) -> tuple[bool, str]:
+        result = real_readiness(*args, **kwargs)
+        seen.append(result[1])
+        assert not [k for k in os.environ if k.startswith("AWS_")]  # never through the environment
+        return result
+
+    monkeypatch.setattr(source_module, "readiness", counted)
+    marker = threading.Thread(target=watch_then_mark)
+    marker.start()
+    got = events(trigger)
+    marker.join()
+    assert [e["status"] for e in got] == ["success"], got
+    assert len(seen) >= 3 and f"s3://{part}/" in seen[0]  # not ready, read from the bucket; then ready

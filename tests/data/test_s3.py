@@ -50,3 +50,27 @@ def test_s3_missing_marker_and_bad_credentials(s3_layout, tmp_path, monkeypatch)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     with pytest.raises(OSError):
         list(Planner(job, "history", ledger=False).plan())
+
+
+def test_credentials_given_to_the_factory_are_used_instead_of_the_environment(s3_env, s3_layout, tmp_path, monkeypatch):
+    """A caller that resolved the source's connection (the Airflow triggerer) passes credentials;
+    the environment (here: wrong keys and a dead endpoint) is then not read at all."""
+    from primus_lib.filesystems import S3Credentials, WebHdfsCredentials, resolve
+
+    _, uri, fs, bucket = s3_layout
+    server = S3Credentials(s3_env.access_key, s3_env.secret_key, s3_env.url, "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    selector = pafs.FileSelector(f"{bucket}/data/clicks/20261101/02")
+    with pytest.raises(OSError):
+        resolve(uri).fs.get_file_info(selector)  # the environment's settings reach nothing
+    names = {info.base_name for info in resolve(uri, server).fs.get_file_info(selector)}
+    assert "_SUCCESS" in names
+    doc = job_doc(uri, hours=3)
+    doc["spec"]["dataset"]["streams"][0]["sources"][1]["connection_id"] = "clicks_s3"
+    job = make_job(doc, tmp_path / "s3job")
+    assert source_ready(job, "history", "clicks", T0 + timedelta(hours=2), {"clicks_s3": server}) == (True, None)
+    assert s3_env.secret_key not in repr(server)  # kept out of reprs (and so of logs)
+    with pytest.raises(ValueError, match="WebHdfsCredentials, expected S3Credentials"):
+        resolve(uri, WebHdfsCredentials(user="etl"))

@@ -1,16 +1,20 @@
-"""Object-storage settings (S3, HDFS/WebHDFS) from an Airflow connection, as the env the data plane reads."""
+"""Object-storage settings (S3, HDFS/WebHDFS) from an Airflow connection: as typed credentials
+(``primus_lib.filesystems.S3Credentials`` / ``WebHdfsCredentials``) a caller passes to the
+filesystem factory, or as the env the data plane's processes read."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
+from primus_lib.filesystems import S3Credentials, StorageCredentials, WebHdfsCredentials, credentials_env
+
 S3_TYPES = {"aws", "s3", "primus_s3"}
 HDFS_TYPES = {"hdfs", "webhdfs", "primus_hdfs"}
 WEBHDFS_TYPES = {"webhdfs", "primus_hdfs"}  # host/port: the NameNode's HTTP (WebHDFS) address
-WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # read by primus_lib.filesystems for webhdfs:///path
 
 
 class PrimusStorageHook(BaseHook):
@@ -33,9 +37,22 @@ class PrimusStorageHook(BaseHook):
     def env(self) -> dict[str, str]:
         conn = self.get_connection(self.storage_conn_id)
         host = conn.host
-        if (conn.conn_type or "") in WEBHDFS_TYPES and host and "," in host:
+        if _ha(conn):
             host = active_namenode(self.storage_conn_id, conn.port)
         return storage_env(conn.conn_type or "", host, conn.port, conn.login, conn.password, conn.extra_dejson)
+
+    async def acredentials(self) -> StorageCredentials:
+        """The connection as credentials, read without blocking the event loop (the triggerer's
+        way: ``aget_connection`` asks its supervisor; the HA NameNode probe runs in a thread)."""
+        conn = await self.aget_connection(self.storage_conn_id)
+        host = conn.host
+        if _ha(conn):
+            host = await asyncio.to_thread(active_namenode, self.storage_conn_id, conn.port)
+        return storage_credentials(conn.conn_type or "", host, conn.port, conn.login, conn.password, conn.extra_dejson)
+
+
+def _ha(conn: Any) -> bool:
+    return (conn.conn_type or "") in WEBHDFS_TYPES and bool(conn.host) and "," in conn.host
 
 
 def active_namenode(conn_id: str, port: int | None) -> str:
@@ -48,30 +65,32 @@ def active_namenode(conn_id: str, port: int | None) -> str:
     return urlsplit(client.url).hostname or ""
 
 
-def storage_env(
+def storage_credentials(
     conn_type: str, host: str | None, port: int | None, login: str | None, password: str | None, extra: dict[str, Any]
-) -> dict[str, str]:
-    env: dict[str, str] = {}
+) -> StorageCredentials:
     if conn_type in S3_TYPES:
-        if login:
-            env["AWS_ACCESS_KEY_ID"] = login
-            env["AWS_SECRET_ACCESS_KEY"] = password or ""
         endpoint = extra.get("endpoint_url") or (f"{host}:{port}" if host and port else host)
-        if endpoint:
-            env["AWS_ENDPOINT_URL_S3"] = str(endpoint)
-        region = extra.get("region_name")
-        if region:
-            env["AWS_DEFAULT_REGION"] = str(region)
-    elif conn_type in HDFS_TYPES:
-        if login:
-            env["HADOOP_USER_NAME"] = login
+        return S3Credentials(
+            access_key_id=login or None,
+            secret_access_key=(password or "") if login else None,
+            endpoint_url=str(endpoint) if endpoint else None,
+            region=str(extra["region_name"]) if extra.get("region_name") else None,
+        )
+    if conn_type in HDFS_TYPES:
+        namenode = None
         if host and conn_type in WEBHDFS_TYPES:
             if "," in host:
                 raise ValueError(f"connection host {host!r}: several NameNodes (PrimusStorageHook.env picks one)")
             use_ssl = str(extra.get("use_ssl", "")).lower() in ("true", "1", "yes")
-            env[WEBHDFS_URL_ENV] = f"{'https' if use_ssl else 'http'}://{host}:{port or 9870}"
-        if extra.get("kerberos_ticket_cache"):
-            env["KRB5CCNAME"] = str(extra["kerberos_ticket_cache"])
-    else:
-        raise ValueError(f"connection type {conn_type!r}: expected one of {sorted(S3_TYPES | HDFS_TYPES)}")
+            namenode = f"{'https' if use_ssl else 'http'}://{host}:{port or 9870}"
+        return WebHdfsCredentials(user=login or None, namenode_url=namenode)
+    raise ValueError(f"connection type {conn_type!r}: expected one of {sorted(S3_TYPES | HDFS_TYPES)}")
+
+
+def storage_env(
+    conn_type: str, host: str | None, port: int | None, login: str | None, password: str | None, extra: dict[str, Any]
+) -> dict[str, str]:
+    env = credentials_env(storage_credentials(conn_type, host, port, login, password, extra))
+    if conn_type in HDFS_TYPES and extra.get("kerberos_ticket_cache"):
+        env["KRB5CCNAME"] = str(extra["kerberos_ticket_cache"])  # libhdfs (hdfs://) reads it
     return env

@@ -14,14 +14,24 @@ from primus_operators.hooks.env import connection_env
 from primus_operators.triggers.source_ready import SourceReadyTrigger
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from primus_lib.filesystems import StorageCredentials
     from primus_lib.spec import PrimusJob
 
 
-def readiness(job: PrimusJob, stream: str, source: str, window_start: datetime) -> tuple[bool, str]:
-    """(ready, what is missing or where the partition is), from the planner, for messages."""
+def readiness(
+    job: PrimusJob,
+    stream: str,
+    source: str,
+    window_start: datetime,
+    credentials: Mapping[str, StorageCredentials] | None = None,
+) -> tuple[bool, str]:
+    """(ready, what is missing or where the partition is), from the planner, for messages;
+    ``credentials`` by connection id (else the process environment's)."""
     from primus_lib.data import dtgg
 
-    ready, missing = dtgg.source_ready(job, stream, source, window_start)
+    ready, missing = dtgg.source_ready(job, stream, source, window_start, credentials)
     return bool(ready), missing or f"{stream}/{source} partition of {window_start.isoformat()}"
 
 

@@ -5,15 +5,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from primus_operators.triggers.trainer_progress import FIRST_CHECK_AFTER
 
+if TYPE_CHECKING:
+    from primus_lib.filesystems import StorageCredentials
+    from primus_lib.spec import PrimusJob
+
 
 class SourceReadyTrigger(BaseTrigger):
     """Polls ``primus_lib.data.dtgg.source_ready`` until true, or gives up after ``timeout``.
+
+    The source's ``connection_id`` is resolved here, before each check, and its credentials are
+    handed to the filesystem: the triggerer serves every job, so its environment holds none of
+    theirs, and nothing is written to it.
 
     Yields exactly one event: ``{"status": "success"|"timeout"|"error", "message": str}``.
     """
@@ -51,12 +59,23 @@ class SourceReadyTrigger(BaseTrigger):
             },
         )
 
-    def _check(self) -> tuple[bool, str]:
+    async def _check(self) -> tuple[bool, str]:
         from primus_lib.timegrid import as_utc
         from primus_operators._common import load_spec
         from primus_operators.operators.source import readiness
 
-        return readiness(load_spec(self.spec_path), self.stream, self.source, as_utc(self.window_start))
+        job = await asyncio.to_thread(load_spec, self.spec_path)
+        credentials = await self._credentials(job)
+        start = as_utc(self.window_start)
+        return await asyncio.to_thread(readiness, job, self.stream, self.source, start, credentials)
+
+    async def _credentials(self, job: PrimusJob) -> dict[str, StorageCredentials]:
+        """The source's connection as credentials (none without a ``connection_id``)."""
+        from primus_lib.data.sources.files import find_source
+        from primus_operators.hooks.storage import PrimusStorageHook
+
+        conn_id = find_source(job, self.stream, self.source)[1].connection_id
+        return {conn_id: await PrimusStorageHook(conn_id).acredentials()} if conn_id else {}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         deadline = time.monotonic() + self.timeout
@@ -64,7 +83,7 @@ class SourceReadyTrigger(BaseTrigger):
         await asyncio.sleep(min(self.first_check_after, self.timeout))
         while True:
             try:
-                ready, path = await asyncio.to_thread(self._check)
+                ready, path = await self._check()
             except Exception as exc:  # the spec or the storage is broken: report, do not spin
                 yield TriggerEvent({"status": "error", "message": f"{where}: {type(exc).__name__}: {exc}"})
                 return

@@ -6,20 +6,29 @@ The per-window calls the Airflow operators make live here; the chunked planner i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from primus_lib.data.dtgg.ops import PartitionNotReady, WindowPlan
 from primus_lib.data.dtgg.planner import Planner
 from primus_lib.data.task import DataTask
+from primus_lib.filesystems import StorageCredentials
 from primus_lib.paths import window_id
 from primus_lib.spec.job import PrimusJob
 
 __all__ = ["DataTask", "PartitionNotReady", "Planner", "WindowPlan", "plan_source", "source_ready"]
 
 
-def source_ready(job: PrimusJob, stream: str, source: str, window_start: datetime) -> tuple[bool, str | None]:
-    """Whether one source's partition of a window is complete; if not, what is missing."""
-    planner = Planner(job, stream, threads=1)
+def source_ready(
+    job: PrimusJob,
+    stream: str,
+    source: str,
+    window_start: datetime,
+    credentials: Mapping[str, StorageCredentials] | None = None,
+) -> tuple[bool, str | None]:
+    """Whether one source's partition of a window is complete; if not, what is missing.
+    ``credentials``: by connection id, as for :class:`Planner`."""
+    planner = Planner(job, stream, threads=1, credentials=credentials)
     if planner.ledger is not None and planner.ledger.planned(stream, window_id(window_start)):
         return True, None
     op = _op(planner, source)

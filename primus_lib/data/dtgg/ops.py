@@ -17,7 +17,7 @@ from primus_lib.data.dtgg.listing import FileEntry, Listing
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.sources.templates import Partition, partition
 from primus_lib.data.task import DataTask
-from primus_lib.filesystems import Location, resolve
+from primus_lib.filesystems import Location, StorageCredentials, resolve
 from primus_lib.paths import window_id
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
@@ -37,13 +37,15 @@ class SourceResult:
 class DataSourceOp:
     """Plans one batch source: where each window's partition lies and which tasks it yields."""
 
-    def __init__(self, job: PrimusJob, stream: StreamSpec, source: SourceSpec):
+    def __init__(
+        self, job: PrimusJob, stream: StreamSpec, source: SourceSpec, credentials: StorageCredentials | None = None
+    ):
         if source.uri is None:
             raise ValueError(
                 f"source {source.name!r} of stream {stream.name!r} has no uri (a batch source reads files)"
             )
         self.job, self.stream, self.source = job, stream, source
-        self.location: Location = resolve(source.uri)
+        self.location: Location = resolve(source.uri, credentials)
         self.size: timedelta = job.spec.timer.window_size
 
     def partition(self, start: datetime) -> Partition:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +20,7 @@ from primus_lib.data.dtgg import timer
 from primus_lib.data.dtgg.listing import FusedLister, Listing
 from primus_lib.data.dtgg.ops import DataSourceOp, JoinerOp, PartitionNotReady, SinkOp, WindowPlan
 from primus_lib.data.ledger import TaskLedger
+from primus_lib.filesystems import StorageCredentials
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.job import PrimusJob
 
@@ -36,7 +37,11 @@ def _env_threads() -> int:
 
 
 class Planner:
-    """Plans the batch windows of one job's stream into the ledger (the data task queue)."""
+    """Plans the batch windows of one job's stream into the ledger (the data task queue).
+
+    ``credentials``: storage credentials by connection id, resolved by the caller; a source whose
+    ``connection_id`` is among them is read with those (else with the process environment).
+    """
 
     def __init__(
         self,
@@ -47,6 +52,7 @@ class Planner:
         ledger: TaskLedger | None | bool = True,
         now: datetime | None = None,
         chunk_windows: int | None = None,
+        credentials: Mapping[str, StorageCredentials] | None = None,
     ):
         self.job = job
         self.stream = job.stream(stream)
@@ -57,7 +63,8 @@ class Planner:
         self.now = now
         # default: two weeks of windows per fused scan (336 hourly or 14 daily windows)
         self.chunk_windows = chunk_windows or max(1, int(timedelta(days=14) / job.spec.timer.window_size))
-        self.ops = [DataSourceOp(job, self.stream, s) for s in self.stream.sources]
+        given = credentials or {}
+        self.ops = [DataSourceOp(job, self.stream, s, given.get(s.connection_id or "")) for s in self.stream.sources]
         self.joiner = JoinerOp(self.stream)
         self.lister = FusedLister(threads=self.threads)
         self.stats = {"windows_cached": 0, "windows_planned": 0, "tasks": 0}
