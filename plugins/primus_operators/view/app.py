@@ -3,9 +3,11 @@
 Plugin apps are not protected by Airflow: every route that shows a job depends on Airflow's own
 authorization (``requires_access_dag``: the JWT of the ``Authorization: Bearer`` header or the
 UI's ``_token`` cookie, checked by the configured auth manager), so an anonymous request gets
-401 and a user without access to the DAG 403. Only the static JS/CSS (no data) are public.
+401 and a user without access to the DAG 403. Per-DAG access is the auth manager's: the FAB auth
+manager's roles (``can_read`` on ``DAG:<dag_id>`` and ``DAG Runs``) restrict a user to some jobs;
+the simple auth manager's roles see every job. Only the static JS/CSS (no data) are public.
 
-    GET /primus/api/jobs            the Primus DAGs the caller may read
+    GET /primus/api/jobs            the Primus DAGs the caller may open (the DAG and its runs readable)
     GET /primus/api/jobs/{dag_id}   primus_lib.jobview.job_view of that job, with its runs
     GET /primus/ui/                 the page listing the jobs (the "Primus jobs" nav entry)
     GET /primus/ui/{dag_id}         the job's page (the "Primus" tab of a DAG)
@@ -51,10 +53,22 @@ ReadRuns = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
 @app.get("/api/jobs", dependencies=[ReadDag])
 def list_jobs(user: GetUserDep) -> list[str]:
+    """The Primus DAGs the caller may open: read access to the DAG and to its runs (what the job's
+    route asks), as the auth manager grants it (per DAG with the FAB auth manager's roles)."""
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
 
-    allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-    return [dag_id for dag_id in airflow_state.primus_dag_ids() if dag_id in allowed]
+    auth = get_auth_manager()
+    readable = auth.get_authorized_dag_ids(user=user, method="GET")
+    ids = [dag_id for dag_id in airflow_state.primus_dag_ids() if dag_id in readable]
+    teams = DagModel.get_dag_id_to_team_name_mapping(ids) if ids else {}
+
+    def runs_readable(dag_id: str) -> bool:
+        details = DagDetails(id=dag_id, team_name=teams.get(dag_id))
+        return auth.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, details=details, user=user)
+
+    return [dag_id for dag_id in ids if runs_readable(dag_id)]
 
 
 @app.get("/api/jobs/{dag_id}", dependencies=[ReadRuns])
