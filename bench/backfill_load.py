@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devstack.proc import poll_until  # noqa: E402
+from primus_lib.naming import pool_name  # noqa: E402
 
 NAME = "af-load"
 START = datetime(2026, 1, 1, tzinfo=UTC)  # windows in the past: the scaler sensor ends at once
@@ -222,7 +223,7 @@ def run_backfill(api, name: str, windows: int, airflow_url: str, ledger_url: str
                  budget: float, sample_every: float = 15.0, log: Callable[[str], None] = print) -> Backfill:  # fmt: skip
     """One backfill of the first ``windows`` windows (trainer mode skip), waited for at most ``budget`` s."""
     api.set_paused(name, False)
-    api.set_pool_slots(f"primus-{name}", max(2, max_active_runs))
+    api.set_pool_slots(pool_name(name), max(2, max_active_runs))
     body = {"dag_id": name, "from_date": iso(START), "to_date": iso(START + timedelta(hours=windows - 1)),
             "run_backwards": False, "reprocess_behavior": "failed", "max_active_runs": max_active_runs,
             "dag_run_conf": {"mode": "skip"}}  # fmt: skip

@@ -23,17 +23,14 @@ Why generated files, at deploy time:
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:  # Airflow adds the bundle root; plain imports and DagBag(...) may not
-    sys.path.insert(0, _HERE)
+from primus_operators.dag_factory import stub_problems, sync_stubs
 
-from primus_dag_factory import jobs_dir, stub_problems, sync_stubs  # noqa: E402
+from primus_lib.naming import jobs_dir
 
-HERE = Path(_HERE)  # this copy's folder (an imported factory may be another copy's, in one process)
+HERE = Path(__file__).resolve().parent  # the DAG folder: its primus_jobs/ holds the generated files
 
 
 def main(argv: list[str]) -> int:
@@ -49,7 +46,7 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-elif _problems := stub_problems(HERE):  # parsed by Airflow (an airflow DAG file): report, never write
+elif _problems := stub_problems(HERE):  # parsed by Airflow's DAG processor: report, never write
     raise RuntimeError(
         f"the Primus DAG files do not match the job specs in {jobs_dir()}: {'; '.join(_problems)}. "
         "Run `python dags/primus_dags.py` (deploy step) to regenerate them"

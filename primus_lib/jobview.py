@@ -19,6 +19,7 @@ from typing import Any
 
 from primus_lib.allocation import allocations_dir, role_resources
 from primus_lib.metrics import names as n
+from primus_lib.naming import WINDOW_PARAM
 from primus_lib.paths import JobPaths, parse_window_id, window_id
 from primus_lib.progress import read_progress
 from primus_lib.scaling.store import ScalingStore
@@ -285,11 +286,11 @@ def window_of_run(data_interval_start: datetime | None, logical_date: datetime |
                   conf: dict | None = None) -> str | None:  # fmt: skip
     """The window id a DAG run processes: a manual run's ``window_start`` conf, else its data
     interval's start (else its logical date); None for a run with neither."""
-    start = (conf or {}).get("window_start")
+    start = (conf or {}).get(WINDOW_PARAM)
     if start:
         from primus_lib.timegrid import as_utc
 
-        return window_id(as_utc(start, "window_start"))
+        return window_id(as_utc(start, WINDOW_PARAM))
     found = data_interval_start or logical_date
     return window_id(found) if found is not None else None
 

@@ -15,34 +15,51 @@ LIB = Path(__file__).resolve().parents[1] / "primus_lib"
 ALLOWED: dict[str, set[str]] = {
     "timegrid": set(),
     "durable": set(),
-    "filesystems": set(),
-    "storage": {"filesystems"},
+    # the deployment settings (the only reader of the environment) and the connection resolver are leaves
+    "settings": set(),
+    "credentials": {"settings"},
+    "filesystems": {"credentials"},
+    "storage": {"credentials", "filesystems"},
     "commands": set(),
+    "naming": {"settings"},
     "airflow_api": set(),
-    "spec": {"timegrid"},
-    "paths": {"spec", "storage"},
+    "spec": {"settings", "timegrid"},
+    "paths": {"credentials", "settings", "spec", "storage"},
     "progress": {"durable", "storage"},
     "allocation": {"durable", "paths", "spec", "storage"},
     # the instruments read a process tree's RSS through proctree (a leaf: it imports nothing of primus_lib)
-    "metrics": {"paths", "spec", "storage", "resources.proctree"},
+    "metrics": {"paths", "settings", "spec", "storage", "resources.proctree"},
     # the data plane runs its tasks under the executors' limits and its stream executors announce
     # themselves through the backend's discovery; nothing else of resources
     "data": {
         "allocation",
+        "credentials",
         "durable",
         "filesystems",
         "metrics",
         "paths",
         "progress",
+        "settings",
         "spec",
         "storage",
         "timegrid",
         "resources.limits",
         "resources.discovery",
     },
-    "resources": {"allocation", "commands", "durable", "metrics", "paths", "spec", "storage", "timegrid"},
+    "resources": {"allocation", "commands", "durable", "metrics", "paths", "settings", "spec", "storage", "timegrid"},
     "scaling": {"airflow_api", "allocation", "durable", "metrics", "paths", "resources", "spec", "storage", "timegrid"},
-    "jobview": {"allocation", "data", "metrics", "paths", "progress", "scaling", "spec", "storage", "timegrid"},
+    "jobview": {
+        "allocation",
+        "data",
+        "metrics",
+        "naming",
+        "paths",
+        "progress",
+        "scaling",
+        "spec",
+        "storage",
+        "timegrid",
+    },
 }
 
 

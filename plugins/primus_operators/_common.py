@@ -7,6 +7,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from primus_lib.naming import WINDOW_PARAM
 from primus_lib.timegrid import as_utc, iso, on_grid
 
 if TYPE_CHECKING:
@@ -32,10 +33,10 @@ def window_of(context: Any, job: PrimusJob | None = None) -> datetime:
     With ``job``, a start that is not on one of the job's window boundaries is refused.
     """
     params = context.get("params") or {}
-    start = params.get("window_start") or context.get("data_interval_start") or context.get("logical_date")
+    start = params.get(WINDOW_PARAM) or context.get("data_interval_start") or context.get("logical_date")
     if start is None:
         raise ValueError("this DAG run has no data interval: trigger it with a logical date inside a window")
-    start = as_utc(start, "window_start")  # a naive param is UTC, as on the primus CLI
+    start = as_utc(start, WINDOW_PARAM)  # a naive param is UTC, as on the primus CLI
     if job is not None:
         timer = job.spec.timer
         if not on_grid(start, timer.window_size, timer.start):
@@ -60,12 +61,3 @@ def airflow_api(conn_id: str) -> AirflowApi | None:
         return None
     base = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
     return AirflowApi(base, conn.login or "admin", conn.password)
-
-
-def pool_name(job_name: str) -> str:
-    """The Airflow pool of a job's data executors."""
-    return f"primus-{job_name}"
-
-
-def asset_uri(job_name: str, stream: str) -> str:
-    return f"primus://{job_name}/{stream}"

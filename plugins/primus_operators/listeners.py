@@ -1,4 +1,4 @@
-"""Scheduler-side listener: create a job's executor pool (``primus-<job>``) when a run starts.
+"""Scheduler-side listener: create a job's executor pool (``naming.pool_name``) when a run starts.
 
 Tasks cannot write to the metadata DB in Airflow 3, so the scheduler makes the pool when a DAG
 run of a Primus DAG turns running. The listener runs inside the scheduler loop's guarded
@@ -10,27 +10,22 @@ the role is absent); the scaler changes it later. ``primus backfill --api`` also
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from airflow.listeners import hookimpl
 
+from primus_lib.naming import pool_job, spec_files
+
 log = logging.getLogger(__name__)
-POOL_PREFIX = "primus-"
 
 
 def pool_size(job_name: str) -> int:
     """Executor slots for a job, read from its spec in the jobs folder (1 if not found)."""
     from primus_lib.spec import SpecError, load_job
 
-    folder = os.environ.get("PRIMUS_JOBS_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "config", "jobs")
-    if not os.path.isdir(folder):
-        return 1
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith((".yaml", ".yml")):
-            continue
+    for path in spec_files():
         try:
-            job = load_job(os.path.join(folder, name))
+            job = load_job(path)
         except SpecError:
             continue
         if job.name == job_name:
@@ -45,9 +40,7 @@ def ensure_pool(name: str, slots: int) -> bool:
 
     if Pool.get_pool(name) is not None:
         return False
-    Pool.create_or_update_pool(
-        name, slots, f"Primus data executors of job {name[len(POOL_PREFIX) :]}", include_deferred=False
-    )
+    Pool.create_or_update_pool(name, slots, f"Primus data executors of job {pool_job(name)}", include_deferred=False)
     log.info("created pool %s with %d slots", name, slots)
     return True
 
@@ -55,7 +48,7 @@ def ensure_pool(name: str, slots: int) -> bool:
 def _ensure_pools(pools: list[str]) -> None:
     try:
         for pool in pools:
-            ensure_pool(pool, pool_size(pool[len(POOL_PREFIX) :]))
+            ensure_pool(pool, pool_size(pool_job(pool)))
     except Exception:  # never let a pool problem escape into the scheduler
         log.exception("primus: could not ensure pools %s", pools)
 
@@ -64,7 +57,7 @@ def _ensure_pools(pools: list[str]) -> None:
 def on_dag_run_running(dag_run, msg: str) -> None:
     try:
         dag = dag_run.dag
-        pools = sorted({t.pool for t in dag.tasks if (t.pool or "").startswith(POOL_PREFIX)}) if dag else []
+        pools = sorted({t.pool for t in dag.tasks if pool_job(t.pool)}) if dag else []
     except Exception:  # a listener must never break the scheduler loop
         log.exception("primus: could not read the pools of a DAG run")
         return

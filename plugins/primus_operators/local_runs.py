@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from primus_lib import timegrid
+from primus_lib.naming import MODE_PARAM, TRAIN_TASK, jobs_dir, pool_name, spec_files
 
 
 @dataclass
@@ -46,17 +47,17 @@ def run_windows(dags_folder: str, dag_id: str, runs: list[tuple[datetime, str]])
     if dag_id not in bag.dags:
         raise RuntimeError(f"no DAG {dag_id!r} in {dags_folder} (found: {', '.join(sorted(bag.dags))})")
     dag = bag.dags[dag_id]
-    ensure_pool(f"primus-{dag_id}", pool_size(dag_id))
+    ensure_pool(pool_name(dag_id), pool_size(dag_id))
     report = []
     for start, mode in runs:
-        run = dag.test(logical_date=start, run_conf={"mode": mode})
+        run = dag.test(logical_date=start, run_conf={MODE_PARAM: mode})
         with create_session() as session:
             tasks = {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in run.get_task_instances(session=session)}
             row = session.scalars(
                 select(XComModel).where(
                     XComModel.dag_id == dag_id,
                     XComModel.run_id == run.run_id,
-                    XComModel.task_id == "train",
+                    XComModel.task_id == TRAIN_TASK,
                     XComModel.key == "return_value",
                 )
             ).first()
@@ -67,13 +68,11 @@ def run_windows(dags_folder: str, dag_id: str, runs: list[tuple[datetime, str]])
     return report
 
 
-def _windows(dags_folder: str, dag_id: str, first: str | None, count: int) -> list[datetime]:
+def _windows(dag_id: str, first: str | None, count: int) -> list[datetime]:
     """``count`` window starts of the job from the window holding ``first`` (default: the timer's start)."""
-    from primus_dag_factory import jobs_dir, spec_files  # dags/ is on sys.path (see main)
-
     from primus_lib.spec import load_job
 
-    for path in spec_files(jobs_dir()):
+    for path in spec_files():
         job = load_job(path)
         if job.name == dag_id:
             timer = job.spec.timer
@@ -94,9 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="service", choices=["service", "inline", "skip"])
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    sys.path.insert(0, os.path.abspath(args.dags_folder))
     try:
-        starts = _windows(args.dags_folder, args.dag_id, args.first, args.windows)
+        starts = _windows(args.dag_id, args.first, args.windows)
     except ValueError as exc:  # a bad --from
         parser.error(str(exc))
     report = run_windows(args.dags_folder, args.dag_id, [(s, args.mode) for s in starts])

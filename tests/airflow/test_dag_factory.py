@@ -1,22 +1,15 @@
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from airflow.dag_processing.dagbag import DagBag
+from primus_operators.dag_factory import sync_stubs
 
 from tests.fixtures.airflow import JOB_SPEC, ROOT, copy_dags
-
-
-@pytest.fixture(autouse=True)
-def _fresh_factory():
-    """Each test's DAG folder is its own copy: parse it with its own ``primus_dag_factory``."""
-    sys.modules.pop("primus_dag_factory", None)
-    yield
-    sys.modules.pop("primus_dag_factory", None)
-
 
 GOOD = JOB_SPEC.format(name="{name}", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z")
 
@@ -24,14 +17,7 @@ GOOD = JOB_SPEC.format(name="{name}", start="2026-11-01T00:00:00Z", end="2026-11
 def _sync(dags: Path, env_jobs: Path | None, monkeypatch) -> None:
     if env_jobs is not None:
         monkeypatch.setenv("PRIMUS_JOBS_DIR", str(env_jobs))
-    sys.path.insert(0, str(dags))
-    try:
-        import primus_dag_factory
-
-        primus_dag_factory.sync_stubs(dags)
-    finally:
-        sys.path.remove(str(dags))
-        sys.modules.pop("primus_dag_factory", None)
+    sync_stubs(dags)
 
 
 def test_dagbag_of_the_repo_dags_folder_has_no_import_errors(monkeypatch, tmp_path):
@@ -143,7 +129,20 @@ def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
         "history.execute_impressions",
         "history.execute_clicks",
     }
-    assert dag.params["mode"] == "service"
+    assert sorted(t.task_id for t in dag.tasks) == [  # users' Airflow history holds these ids
+        "history.execute_clicks",
+        "history.execute_impressions",
+        "history.join",
+        "history.sink",
+        "history.source_clicks",
+        "history.source_impressions",
+        "scale",
+        "train",
+    ]
+    assert set(dag.get_task("scale").upstream_task_ids) == {"train"}
+    train = dag.get_task("train")
+    assert [a.uri for a in train.outlets] == ["primus://alpha/model"] and train.mode == "{{ params.mode }}"
+    assert dag.params["mode"] == "service" and "window_start" in dag.params
     assert "primus" in dag.tags and "window:1h" in dag.tags
     assert "```mermaid" in dag.doc_md and "left join on request_id" in dag.doc_md
     assert dag.timetable.serialize()["window"] == "1h"
@@ -164,3 +163,45 @@ def test_kubernetes_jobs_get_the_vertical_scalers_pod_override_on_the_data_tasks
     assert bag.import_errors == {}
     pod = bag.dags["kube"].get_task("history.execute_impressions").partial_kwargs["executor_config"]["pod_override"]
     assert pod.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_the_dag_files_need_nothing_on_sys_path_but_the_installed_package(monkeypatch, tmp_path):
+    """A DAG folder (a git-sync, an image layer) holds only primus_dags.py and the generated files:
+    parsed in an isolated interpreter (no PYTHONPATH, no script or working directory on sys.path)
+    by a plain DagBag, which adds nothing to sys.path itself, every job's DAG is there and no file
+    of the folder put it on sys.path (a copied factory beside them used to be imported that way)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for name in ("alpha", "omega"):
+        (jobs / f"{name}.yaml").write_text(GOOD.replace("{name}", name))
+    dags = copy_dags(tmp_path / "dags")
+    env = {**os.environ, "PRIMUS_JOBS_DIR": str(jobs), "PRIMUS_DATA": str(tmp_path / "data")}
+    subprocess.run([sys.executable, "-I", str(dags / "primus_dags.py")], env=env, check=True, capture_output=True)
+    assert sorted(p.name for p in dags.rglob("*.py")) == ["alpha.py", "omega.py", "primus_dags.py"]
+    probe = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "before = list(sys.path)\n"
+        "bag = DagBag(dag_folder=sys.argv[1])\n"
+        "print(json.dumps([sorted(bag.dag_ids), bag.import_errors, [p for p in sys.path if p not in before]]))\n"
+    )
+    isolated = [sys.executable, "-I", "-c", probe, str(dags)]
+    done = subprocess.run(isolated, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["alpha", "omega"], {}, []]
+
+
+def test_a_missing_piece_of_the_dag_is_an_import_error_not_a_dropped_task(monkeypatch, tmp_path):
+    """The scaler sensor used to be optional (``except ImportError``: the DAG silently lost its
+    ``scale`` task); a module that cannot be imported is now the DAG file's import error."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    dags = copy_dags(tmp_path / "dags")
+    _sync(dags, jobs, monkeypatch)
+    monkeypatch.setitem(sys.modules, "primus_operators.sensors.scaler", None)  # what a broken install gives
+    bag = DagBag(dag_folder=str(dags))
+    assert bag.dag_ids == []
+    ((where, error),) = bag.import_errors.items()
+    assert where.endswith("primus_jobs/alpha.py") and "primus_operators.sensors.scaler" in error

@@ -67,12 +67,7 @@ def _parsed_override(spec: Path, tmp_path: Path, monkeypatch) -> k8s.V1Pod:
     """The data task's pod_override as the scheduler holds it: parsed once, serialized, deserialized."""
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, spec.parent, monkeypatch)
-    try:
-        bag = DagBag(dag_folder=str(dags))
-    finally:  # the copied DAG folder's factory must not shadow the repo's for later tests
-        sys.modules.pop("primus_dag_factory", None)
-        while str(dags) in sys.path:
-            sys.path.remove(str(dags))
+    bag = DagBag(dag_folder=str(dags))
     assert bag.import_errors == {}
     scheduled = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["kube"]))
     return scheduled.get_task(TASK).partial_kwargs["executor_config"]["pod_override"]

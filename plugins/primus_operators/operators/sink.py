@@ -6,7 +6,8 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from primus_operators._common import asset_uri, load_spec, window_of
+from primus_lib.naming import asset_uri
+from primus_operators._common import load_spec, window_of
 from primus_operators.hooks.env import connection_env
 from primus_operators.operators.data_task import _summary
 

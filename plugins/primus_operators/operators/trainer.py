@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from primus_lib.naming import API_CONNECTION, MODEL_ASSET, asset_uri
 from primus_lib.progress import consumed_metrics, progress_key, read_progress
-from primus_operators._common import airflow_api, asset_uri, load_spec, window_of
+from primus_operators._common import airflow_api, load_spec, window_of
 from primus_operators.hooks.env import connection_env
 from primus_operators.triggers.trainer_progress import TrainerProgressTrigger
 
@@ -64,10 +65,10 @@ class PrimusTrainerOperator(BaseOperator):
         mode: str = "service",
         poll_interval: float = 10.0,
         timeout: float = 6 * 3600.0,
-        api_conn_id: str = "primus_airflow_api",
+        api_conn_id: str = API_CONNECTION,
         **kwargs: Any,
     ):
-        kwargs.setdefault("outlets", [Asset(asset_uri(job_name, "model"))])
+        kwargs.setdefault("outlets", [Asset(asset_uri(job_name, MODEL_ASSET))])
         super().__init__(**kwargs)
         self.api_conn_id = api_conn_id
         self.spec_path = spec_path
@@ -153,7 +154,7 @@ class PrimusTrainerOperator(BaseOperator):
             metrics["logloss"],
         )
         extra = {"window": window_id(start), **{k: metrics[k] for k in ("samples", "auc", "logloss")}}
-        context["outlet_events"][Asset(asset_uri(self.job_name, "model"))].extra = extra
+        context["outlet_events"][Asset(asset_uri(self.job_name, MODEL_ASSET))].extra = extra
         self._note(
             context,
             f"window {extra['window']}: samples={extra['samples']} auc={_fmt(extra['auc'])} logloss={_fmt(extra['logloss'])}",

@@ -14,6 +14,8 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from primus_lib.naming import API_CONNECTION, pool_name
+
 
 class PrimusScalerSensor(BaseSensorOperator):
     """Run the Dynamic Scaling Manager once per poke until the next window is due.
@@ -30,7 +32,7 @@ class PrimusScalerSensor(BaseSensorOperator):
     template_fields = ("spec_path", "prometheus_url")
 
     def __init__(self, *, spec_path: str, prometheus_url: str | None = None,
-                 airflow_conn_id: str = "primus_airflow_api", scale_stream_executors: bool = True,
+                 airflow_conn_id: str = API_CONNECTION, scale_stream_executors: bool = True,
                  **kwargs: Any) -> None:  # fmt: skip
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 60)
@@ -44,7 +46,7 @@ class PrimusScalerSensor(BaseSensorOperator):
 
     def _pool_actuator(self, job):
         from primus_lib.scaling.airflow_pools import PoolActuator
-        from primus_operators._common import airflow_api, pool_name
+        from primus_operators._common import airflow_api
 
         api = airflow_api(self.airflow_conn_id)
         if api is None:  # optional in the embedded default

@@ -9,7 +9,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-PRIMUS_TAG = "primus"
+from primus_lib.naming import EXECUTE_TASK_PREFIX, TAG, TRAIN_TASK
+
+# the mapped data tasks, ``<stream>.execute_<source>``, as a LIKE pattern ("_" escaped)
+DATA_TASKS_LIKE = "%." + EXECUTE_TASK_PREFIX.replace("_", "\\_") + "%"
 
 
 @dataclass(frozen=True)
@@ -20,34 +23,34 @@ class PrimusDag:
 
 
 def primus_dag(dag_id: str) -> PrimusDag | None:
-    """The DAG's spec (its ``train`` task's ``spec_path``) and docs; None when the DAG is unknown
+    """The DAG's spec (its trainer task's ``spec_path``) and docs; None when the DAG is unknown
     or not a Primus job's."""
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
         dag = SerializedDagModel.get_dag(dag_id, session=session)
-    if dag is None or PRIMUS_TAG not in (dag.tags or ()) or not dag.has_task("train"):
+    if dag is None or TAG not in (dag.tags or ()) or not dag.has_task(TRAIN_TASK):
         return None
-    spec_path = getattr(dag.get_task("train"), "spec_path", None)
+    spec_path = getattr(dag.get_task(TRAIN_TASK), "spec_path", None)
     if not spec_path:
         return None
     return PrimusDag(dag_id, str(spec_path), getattr(dag, "doc_md", None))
 
 
 def primus_dag_ids() -> list[str]:
-    """Every DAG tagged ``primus`` (one per job spec), sorted."""
+    """Every DAG with the Primus tag (one per job spec), sorted."""
     from airflow.models.dag import DagModel, DagTag
     from airflow.utils.session import create_session
 
-    query = select(DagModel.dag_id).join(DagTag, DagTag.dag_id == DagModel.dag_id).where(DagTag.name == PRIMUS_TAG)
+    query = select(DagModel.dag_id).join(DagTag, DagTag.dag_id == DagModel.dag_id).where(DagTag.name == TAG)
     with create_session() as session:
         return sorted(set(session.scalars(query)))
 
 
 def window_runs(dag_id: str) -> list[dict[str, Any]]:
     """The DAG's runs, each with the window it processes (``primus_lib.jobview.window_of_run``) and
-    its data tasks' states (the mapped ``<stream>.execute_<source>`` task instances)."""
+    its data tasks' states (``DATA_TASKS_LIKE``)."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -76,7 +79,7 @@ def _data_task_states(session, dag_id: str) -> dict[str, dict[str, int]]:
 
     query = (
         select(TI.run_id, TI.state, func.count())
-        .where(TI.dag_id == dag_id, TI.task_id.like("%.execute\\_%", escape="\\"))
+        .where(TI.dag_id == dag_id, TI.task_id.like(DATA_TASKS_LIKE, escape="\\"))
         .group_by(TI.run_id, TI.state)
     )
     out: dict[str, dict[str, int]] = {}

@@ -74,11 +74,14 @@ def list_jobs(user: GetUserDep) -> list[str]:
 @app.get("/api/jobs/{dag_id}", dependencies=[ReadRuns])
 def job(dag_id: str) -> dict[str, Any]:
     from primus_lib.jobview import job_view
-    from primus_operators._common import load_spec, pool_name
+    from primus_lib.naming import TAG, TRAIN_TASK, pool_name
+    from primus_operators._common import load_spec
 
     found = airflow_state.primus_dag(dag_id)
     if found is None:
-        raise HTTPException(404, f"{dag_id}: no Primus job of that name (a DAG tagged 'primus' with a train task)")
+        raise HTTPException(
+            404, f"{dag_id}: no Primus job of that name (a DAG tagged {TAG!r} with a {TRAIN_TASK!r} task)"
+        )
     try:
         spec = load_spec(found.spec_path)
         runs = airflow_state.window_runs(dag_id)

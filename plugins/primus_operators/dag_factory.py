@@ -1,8 +1,11 @@
-"""Spec -> Airflow DAG: the DTGG of one PrimusJob as tasks (the module behind primus_dags.py).
+"""Spec -> Airflow DAG: the DTGG of one PrimusJob as tasks, and the DAG files that build them.
 
 Each spec has its own tiny DAG file, ``primus_jobs/<spec>.py``, generated from the jobs folder
-at deploy time (``python dags/primus_dags.py``; why: primus_dags.py's docstring). Parsing never
-writes. Only Airflow SDK + the spec model are imported here (cheap parsing).
+at deploy time (``python dags/primus_dags.py``; why: that file's docstring). The DAG files
+import this module from the installed package: a DAG folder holds no Primus code and needs no
+``sys.path`` entry. Parsing never writes. Only the Airflow SDK, the spec model and the operators
+are imported (cheap parsing); the names Airflow keeps (tag, pool, task ids, params) are
+``primus_lib.naming``'s.
 """
 
 from __future__ import annotations
@@ -14,27 +17,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from primus_lib import naming
+from primus_lib.naming import jobs_dir, spec_files
+
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
     from primus_lib.spec import PrimusJob
 
-HERE = Path(__file__).resolve().parent
 STUB_DIR_NAME = "primus_jobs"
 STUB_MARK = "# primus-generated-dag-stub"
-SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-def jobs_dir() -> Path:
-    """Where the job specs live: ``$PRIMUS_JOBS_DIR``, else ``config/jobs`` next to this folder."""
-    return Path(os.environ.get("PRIMUS_JOBS_DIR") or HERE.parent / "config" / "jobs").resolve()
-
-
-def spec_files(folder: Path | None = None) -> list[Path]:
-    folder = folder or jobs_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
 
 
 def stub_name(spec: Path) -> str:
@@ -47,20 +39,13 @@ def stub_text(spec: Path) -> str:
 
 One file per spec: a broken spec is an import error of this file only (file + field named).
 """
-import os
-import sys
-
-_dags = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _dags not in sys.path:
-    sys.path.insert(0, _dags)
-
-from primus_dag_factory import dag_for_spec  # noqa: E402  (an airflow DAG file)
+from primus_operators.dag_factory import dag_for_spec
 
 dag = dag_for_spec({spec.name!r})
 '''
 
 
-def stub_problems(dags_folder: Path = HERE, folder: Path | None = None) -> list[str]:
+def stub_problems(dags_folder: Path, folder: Path | None = None) -> list[str]:
     """What ``sync_stubs`` would change, one line each (empty: the DAG files match the specs)."""
     stubs_dir = dags_folder / STUB_DIR_NAME
     wanted = {stub_name(spec): stub_text(spec) for spec in spec_files(folder)}
@@ -77,7 +62,7 @@ def stub_problems(dags_folder: Path = HERE, folder: Path | None = None) -> list[
     return problems
 
 
-def sync_stubs(dags_folder: Path = HERE, folder: Path | None = None) -> list[Path]:
+def sync_stubs(dags_folder: Path, folder: Path | None = None) -> list[Path]:
     """Make ``<dags_folder>/primus_jobs/`` hold exactly one stub per spec; return the stubs.
 
     Writes only what changed (atomically), removes stubs of deleted specs, never touches a
@@ -118,7 +103,7 @@ def dag_for_spec(spec_name: str) -> DAG:
 
 def build_dag(job: PrimusJob, spec_path: str) -> DAG:
     from airflow.sdk import DAG, Param, TaskGroup
-    from primus_operators._common import pool_name
+
     from primus_operators.operators import (
         PrimusDataSourceOperator,
         PrimusDataTaskOperator,
@@ -126,6 +111,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
         PrimusSinkOperator,
         PrimusTrainerOperator,
     )
+    from primus_operators.sensors.scaler import PrimusScalerSensor
     from primus_operators.timetables import PrimusWindowTimetable
 
     timer = job.spec.timer
@@ -141,20 +127,20 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
         catchup=timer.catchup,
         max_active_runs=int(os.environ.get("PRIMUS_MAX_ACTIVE_RUNS", 3)),
         tags=[
-            "primus",
+            naming.TAG,
             f"window:{timer.window}",
             f"mode:{job.spec.training.mode}",
             f"backend:{job.spec.resources.backend}",
         ],
         doc_md=dtgg_doc(job, spec_path),
         params={
-            "mode": Param(
+            naming.MODE_PARAM: Param(
                 "service",
                 enum=["service", "inline", "skip"],
                 description="Trainer: service = long-running trainer + deferral; inline = train this window "
                 "in a subprocess; skip = data only.",
             ),
-            "window_start": Param(
+            naming.WINDOW_PARAM: Param(
                 None,
                 type=["null", "string"],
                 description="Manual runs: ISO start of the window to process (default: the run's data interval). "
@@ -170,7 +156,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                 # join and sink are idempotent (a window commits and is queued once): a worker lost
                 # mid-task (a scheduler or node failure) is retried instead of failing the window
                 join = PrimusJoinerOperator(
-                    task_id="join",
+                    task_id=naming.JOIN_TASK,
                     spec_path=spec_path,
                     stream=stream.name,
                     retries=2,
@@ -178,7 +164,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                 )
                 for source in stream.sources:
                     planned = PrimusDataSourceOperator(
-                        task_id=f"source_{source.name}",
+                        task_id=naming.source_task(source.name),
                         spec_path=spec_path,
                         stream=stream.name,
                         source=source.name,
@@ -188,16 +174,16 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                         retry_delay=timedelta(seconds=5),
                     )
                     executed = PrimusDataTaskOperator.partial(
-                        task_id=f"execute_{source.name}",
+                        task_id=naming.execute_task(source.name),
                         spec_path=spec_path,
-                        pool=pool_name(job.name),
+                        pool=naming.pool_name(job.name),
                         executor_config=executor_config,
                         retries=2,
                         retry_delay=timedelta(seconds=10),
                     ).expand(data_task=planned.output)
                     executed >> join
                 sink = PrimusSinkOperator(
-                    task_id="sink",
+                    task_id=naming.SINK_TASK,
                     spec_path=spec_path,
                     job_name=job.name,
                     stream=stream.name,
@@ -207,16 +193,13 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                 join >> sink
                 sinks.append(sink)
         train = PrimusTrainerOperator(
-            task_id="train",
+            task_id=naming.TRAIN_TASK,
             spec_path=spec_path,
             job_name=job.name,
-            mode="{{ params.mode }}",
+            mode=f"{{{{ params.{naming.MODE_PARAM} }}}}",
             poll_interval=min(poll, 10.0),
         )
-        sinks >> train
-        scaler = _scaler_task(spec_path)
-        if scaler is not None:
-            train >> scaler
+        sinks >> train >> PrimusScalerSensor(task_id=naming.SCALE_TASK, spec_path=spec_path)
     return dag
 
 
@@ -231,20 +214,10 @@ def _executor_config(job: PrimusJob) -> dict:
     """
     if job.spec.resources.backend != "kubernetes":
         return {}
+    from primus_lib.scaling import executor_config
     from primus_operators.policies import mark_pod_override  # the pod_mutation_hook re-sizes it at pod creation
 
-    from primus_lib.scaling import executor_config
-
     return mark_pod_override(executor_config(job), job)
-
-
-def _scaler_task(spec_path: str):
-    """The resources engineer's scaler sensor, between windows, once it exists."""
-    try:
-        from primus_operators.sensors.scaler import PrimusScalerSensor
-    except ImportError:
-        return None
-    return PrimusScalerSensor(task_id="scale", spec_path=spec_path)
 
 
 def dtgg_doc(job: PrimusJob, spec_path: str) -> str:
