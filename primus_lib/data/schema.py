@@ -8,7 +8,6 @@ into ``[0, buckets)``, and one float32 per dense feature.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,7 +56,7 @@ def hash_buckets(values: pa.Array | pa.ChunkedArray | np.ndarray, buckets: int) 
         values = values.to_numpy(zero_copy_only=False)
     if values.dtype.kind in "iu":
         return _bucket(_splitmix64(values), buckets)
-    return _bucket(pd.util.hash_array(np.asarray(values, dtype=object)), buckets)
+    return _bucket(_hash_array(np.asarray(values, dtype=object)), buckets)
 
 
 def _is_stringlike(kind: pa.DataType) -> bool:
@@ -69,8 +68,16 @@ def _is_stringlike(kind: pa.DataType) -> bool:
 def _hash_strings_by_dictionary(values: pa.Array, buckets: int) -> np.ndarray:
     encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
     distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
-    hashed = _bucket(pd.util.hash_array(distinct, categorize=False), buckets)
+    hashed = _bucket(_hash_array(distinct, categorize=False), buckets)
     return hashed[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _hash_array(values: np.ndarray, **options) -> np.ndarray:
+    """pandas' ``hash_array``, imported on first use: only string ids need it, and a data task's
+    process (one per mapped Airflow task) of integer ids should not pay pandas' import."""
+    from pandas.util import hash_array
+
+    return hash_array(values, **options)
 
 
 def _bucket(hashed: np.ndarray, buckets: int) -> np.ndarray:

@@ -15,9 +15,8 @@ if TYPE_CHECKING:
 def job_connection_env(job: PrimusJob) -> dict[str, str]:
     """Env for every ``connection_id`` the spec names (the job's shared state: ``storage``; storage
     per source, Kafka per stream source). Values are secrets: callers put them in a process's
-    environment only, never in a spec, an XCom, a log line or a command line."""
-    from primus_lib.data.sources.kafka import connection_env_key
-    from primus_operators.hooks.kafka import PrimusKafkaHook
+    environment only, never in a spec, an XCom, a log line or a command line. The Kafka modules
+    (confluent-kafka, ~0.25 s) load only for a Kafka connection: every data task calls this."""
     from primus_operators.hooks.storage import PrimusStorageHook
 
     env: dict[str, str] = {}
@@ -30,6 +29,9 @@ def job_connection_env(job: PrimusJob) -> dict[str, str]:
             if source.connection_id:
                 _merge(env, owners, PrimusStorageHook(source.connection_id).env(), f"{where}.connection_id")
             if source.kafka is not None and source.kafka.connection_id:
+                from primus_lib.data.sources.kafka import connection_env_key
+                from primus_operators.hooks.kafka import PrimusKafkaHook
+
                 config = PrimusKafkaHook(source.kafka.connection_id).client_config()
                 key = connection_env_key(stream, source)  # read back by the data plane's Kafka clients
                 _merge(env, owners, {key: json.dumps(config, sort_keys=True)}, f"{where}.kafka.connection_id")

@@ -41,8 +41,10 @@ class PrimusDataTaskOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from primus_lib.data.executor import execute_task
+        from primus_lib.data.executor.task import skip_arrow_pandas_probe
         from primus_lib.data.task import DataTask
 
+        skip_arrow_pandas_probe()  # this process runs one task: pyarrow need not import pandas
         task = DataTask.from_dict(self.data_task)
         self.log.info("data task %s (%s, %d bytes)", task.id, task.uri, task.size)
         job = load_spec(self.spec_path)

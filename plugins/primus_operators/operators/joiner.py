@@ -27,8 +27,10 @@ class PrimusJoinerOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from primus_lib.data.executor import join_window
+        from primus_lib.data.executor.task import skip_arrow_pandas_probe
         from primus_lib.data.sources.quality import WindowDataError
 
+        skip_arrow_pandas_probe()  # this process joins one window: pyarrow need not import pandas
         start = window_of(context)
         job = load_spec(self.spec_path)
         with connection_env(job):

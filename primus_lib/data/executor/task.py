@@ -12,6 +12,7 @@ committed window (shards + manifest) is fsynced.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 import zlib
@@ -106,6 +107,32 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
             timings["stage"] = timings.get("stage", 0.0) + staged - read
             timings["metrics"] = timings.get("metrics", 0.0) + measured + time.perf_counter() - staged
     return TaskOutput(task.id, str(path), table.num_rows, digest)
+
+
+class _NoPandas:
+    """An import finder that refuses pandas (see ``skip_arrow_pandas_probe``)."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name == "pandas":
+            raise ImportError("pandas is not needed by a data task")
+        return None
+
+
+def skip_arrow_pandas_probe() -> None:
+    """For a process that runs one data task and exits (a mapped Airflow task): the first time
+    pyarrow builds an array or a scalar from Python values it imports pandas (~0.4 s) to see
+    whether they are pandas objects; the data path never hands it any. This lets that one probe
+    find no pandas. pandas itself still works in the process: an explicit conversion
+    (``to_pandas``, ``from_pandas``) imports it then, and string ids are hashed with pandas'
+    ``hash_array``, imported where it is used. A no-op once pandas is imported."""
+    if "pandas" in sys.modules:
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)
 
 
 class StagedOutputCorrupt(RuntimeError):
