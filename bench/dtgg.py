@@ -2,16 +2,31 @@
 x 50 files (2,016 partitions, 102,816 files with the success markers).
 
 Naive = per window, per source: check the success marker, list the partition (one thread, no
-fusing, no cache). DTGG = the fused planner, once on one thread and once with THREADS listing
-threads (``Planner(threads=...)``, ``$PRIMUS_DTGG_THREADS``); every plan is checked identical
-to the naive one and to the one-thread one. Storage: local files; a real HDFS (Hadoop's
-MiniDFSCluster started with the tests' launcher and jars from $PRIMUS_CACHE, read over WebHDFS,
-the files created in one JVM through NameNode RPC); a real SeaweedFS S3 server (the objects
-created with ``weed filer.copy``). Each planner first plans one day untimed (the servers' JIT
-and caches warm for all alike), then the best of ``repeats`` runs counts. Then, on the first
-week of windows, the same through a proxy that adds 10 ms to every request: a model of remote
-storage. Also measured: DTGG into the ledger and the cached re-plan a restarted planner does.
-Prints one JSON line last.
+fusing, no cache); "naive, listing only" = the same taking the marker from its listing (one
+request per partition: the less favourable baseline). Both reach storage through DTGG's own
+client (``FusedLister.is_file``/``list_dir``; on WebHDFS the same raw kept-alive connection),
+so a ratio measures planning, not an HTTP client. DTGG = the fused planner, once on one thread
+(one listing connection) and once with THREADS threads (``Planner(threads=...)``). Every plan is
+checked identical to the naive one.
+
+Storage: local files; a real HDFS (Hadoop's MiniDFSCluster started with the tests' launcher and
+jars from $PRIMUS_CACHE, read over WebHDFS, the files created in one JVM through NameNode RPC); a
+real SeaweedFS S3 server (objects created with ``weed filer.copy``). Each planner first plans one
+day untimed (the servers' JIT and caches warm for all alike), then the best of ``repeats`` runs
+counts (every run's time is printed too: the machine is shared, its noise shows there).
+
+Figures, all measured in this run:
+- planner only: the listing served from memory (recorded from the local tree), no storage;
+- loopback: end to end against the servers on this machine (no network);
+- modelled 10 ms per request: the same through ``devstack/http_latency.py`` in its per-request
+  ("serial") mode: every HTTP request/response pays LATENCY_MS, a connection's requests are
+  served one at a time (pipelined or not), only parallel connections overlap; the HTTP requests
+  of each planner are counted there. HDFS also in the proxy's "link" mode (the 10 ms is a round
+  trip on the wire; pipelined requests overlap): DTGG's pipelining counts only there.
+Also measured: DTGG into the ledger and the cached re-plan a restarted planner does. Prints one
+JSON line last: ``ratio_hdfs``, ``ratio_s3`` (and ``_1thread``) are the modelled end-to-end
+ratios; ``_loopback``, ``_link``, ``ratio_local``, ``ratio_planner_only`` and the ``_vs_listing_only``
+ratios stand beside them.
 """
 
 from __future__ import annotations
@@ -34,19 +49,21 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devstack.http_latency import HttpLatencyProxy
 from devstack.proc import port_free
-from devstack.tcp_proxy import TcpProxy
 from primus_lib.data.dtgg import Planner
+from primus_lib.data.dtgg.listing import FileEntry, FusedLister, Listing
 from primus_lib.data.dtgg.naive import naive_plan
 from primus_lib.spec.loader import job_from_document
 
 DAYS, HOURS, FILES = 42, 24, 50
-THREADS = 16  # listing threads of the "with threads" runs
-LATENCY_DAYS = 7  # windows measured through the latency proxy
+THREADS = 16  # listing threads (and connections) of the "with threads" runs
 SOURCES = ("impressions", "clicks")
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 END = T0 + timedelta(days=DAYS)
-LATENCY_MS = 10  # injected per-request latency for the remote-S3 model (real S3 LIST: ~10-50 ms)
+LATENCY_MS = 10  # modelled latency per HTTP request (real S3 LIST: ~10-50 ms; a remote NameNode: its RTT)
+PLANNERS = ("naive", "naive_listing_only", "dtgg", "dtgg_1thread")
+SWEEP = (4, 64)  # DTGG thread counts also measured through the latency proxy (once each)
 
 
 def job_for(root_uri: str, home: Path):
@@ -92,42 +109,110 @@ def make_local(root: Path) -> int:
     return count
 
 
-def measure(job, threads: int = THREADS, repeats: int = 1, days: int | None = None) -> dict:
-    """Best of ``repeats`` for each planner (each run lists and generates everything anew), after
-    an untimed warm-up day of each: the first planner must not pay for the server's JIT."""
-    end = T0 + timedelta(days=days) if days else None
-    warm_end = T0 + timedelta(days=1)
-    list(naive_plan(job, "history", end=warm_end))
-    list(Planner(job, "history", threads=1, ledger=False).plan(end=warm_end))
-    list(Planner(job, "history", threads=threads, ledger=False).plan(end=warm_end))
-    naive_s = dtgg_s = dtgg1_s = float("inf")
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()  # as timeit does: a later run must not pay for scanning an earlier run's tasks
-        try:
-            began = time.perf_counter()
-            naive = [p.tasks for p in naive_plan(job, "history", end=end)]
-            naive_s = min(naive_s, time.perf_counter() - began)
-            one = Planner(job, "history", threads=1, ledger=False)
-            began = time.perf_counter()
-            single = [p.tasks for p in one.plan(end=end)]
-            dtgg1_s = min(dtgg1_s, time.perf_counter() - began)
-            planner = Planner(job, "history", threads=threads, ledger=False)
-            began = time.perf_counter()
-            fused = [p.tasks for p in planner.plan(end=end)]
-            dtgg_s = min(dtgg_s, time.perf_counter() - began)
-        finally:
-            gc.enable()
-        assert fused == naive, "DTGG and naive planned different tasks"
-        assert single == fused, "the one-thread and the threaded DTGG planned different tasks"
-    tasks = sum(len(t) for t in fused)
+class MemoryLister:
+    """A recorded listing served from memory: the planners' own work, without storage."""
+
+    def __init__(self, dirs: dict[str, list[FileEntry]]):
+        self.dirs, self.requests = dirs, 0
+        self.names = {d: {e.name for e in entries} for d, entries in dirs.items()}
+
+    def list(self, fs, wanted: set[str]) -> Listing:
+        self.requests += 1
+        listing = Listing()
+        for directory in wanted & self.dirs.keys():
+            listing.dirs[directory] = list(self.dirs[directory])
+        return listing
+
+    def list_dir(self, fs, directory: str) -> list[FileEntry] | None:
+        self.requests += 1
+        found = self.dirs.get(directory)
+        return None if found is None else list(found)
+
+    def is_file(self, fs, path: str) -> bool:
+        self.requests += 1
+        parent, _, name = path.rpartition("/")
+        return name in self.names.get(parent + "/", ())
+
+
+def recorded_listing(job) -> dict[str, list[FileEntry]]:
+    """Every partition directory of the job's stream with its files, listed once."""
+    planner = Planner(job, "history", threads=1, ledger=False)
+    starts = [T0 + timedelta(hours=h) for h in range(DAYS * HOURS)]
+    return dict(planner.fused_listing(starts).dirs)
+
+
+def runners(job, end, threads: int, recorded: dict | None) -> dict:
+    """Each planner as a call returning (tasks per window, listing calls)."""
+
+    def lister(n: int):
+        return MemoryLister(recorded) if recorded is not None else FusedLister(threads=n)
+
+    def naive(marker_request: bool):
+        client = lister(1)
+        plans = naive_plan(job, "history", end=end, lister=client, marker_request=marker_request)
+        return [p.tasks for p in plans], client.requests
+
+    def dtgg(n: int):
+        planner = Planner(job, "history", threads=n, ledger=False)
+        planner.lister = lister(n)
+        return [p.tasks for p in planner.plan(end=end)], planner.listings
+
     return {
-        "tasks": tasks, "windows": len(fused), "repeats": repeats, "threads": threads,
-        "naive_s": round(naive_s, 3), "naive_tasks_per_s": round(tasks / naive_s),
-        "dtgg_s": round(dtgg_s, 3), "dtgg_tasks_per_s": round(tasks / dtgg_s), "dtgg_requests": planner.listings,
-        "dtgg_1thread_s": round(dtgg1_s, 3), "dtgg_1thread_tasks_per_s": round(tasks / dtgg1_s),
-        "ratio": round(naive_s / dtgg_s, 2), "ratio_1thread": round(naive_s / dtgg1_s, 2),
-    }  # fmt: skip
+        "naive": lambda: naive(True),
+        "naive_listing_only": lambda: naive(False),
+        "dtgg": lambda: dtgg(threads),
+        "dtgg_1thread": lambda: dtgg(1),
+    }
+
+
+def measure(job, *, repeats: int = 1, threads: int = THREADS, proxy: HttpLatencyProxy | None = None,
+            recorded: dict | None = None, only: tuple[str, ...] = PLANNERS, skip_repeats: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Best of ``repeats`` for each planner (each run lists and generates everything anew), after
+    an untimed warm-up day of each: the first planner must not pay for the server's JIT. With a
+    proxy, the HTTP requests of each planner's last run are counted there. ``skip_repeats``:
+    planners run once only (the slowest, to bound the bench's time)."""
+    warm = runners(job, T0 + timedelta(days=1), threads, recorded)
+    timed_runs = runners(job, None, threads, recorded)
+    for name in only:
+        warm[name]()
+    runs: dict[str, list[float]] = {name: [] for name in only}
+    requests: dict[str, int] = {}
+    listings: dict[str, int] = {}
+    reference = None
+    for attempt in range(repeats):
+        for name in only:
+            if attempt and name in skip_repeats:
+                continue
+            before = proxy.requests if proxy else 0
+            gc.collect()
+            gc.disable()  # as timeit does: a later run must not pay for scanning an earlier run's tasks
+            try:
+                began = time.perf_counter()
+                tasks, listings[name] = timed_runs[name]()
+                runs[name].append(time.perf_counter() - began)
+            finally:
+                gc.enable()
+            if proxy:
+                requests[name] = proxy.requests - before
+            reference = reference or tasks
+            assert tasks == reference, f"{name} planned different tasks"
+            del tasks
+    count = sum(len(t) for t in reference)
+    out: dict = {"tasks": count, "windows": len(reference), "repeats": repeats, "threads": threads}
+    for name in only:
+        best = min(runs[name])
+        out[f"{name}_s"] = round(best, 3)
+        out[f"{name}_runs_s"] = [round(r, 3) for r in runs[name]]
+        out[f"{name}_tasks_per_s"] = round(count / best)
+        out[f"{name}_listings"] = listings[name]
+        if proxy:
+            out[f"{name}_http_requests"] = requests[name]
+    for base in ("naive", "naive_listing_only"):
+        suffix = "" if base == "naive" else "_vs_listing_only"
+        for dtgg, tail in (("dtgg", ""), ("dtgg_1thread", "_1thread")):
+            if base in only and dtgg in only:
+                out[f"ratio{tail}{suffix}"] = round(out[f"{base}_s"] / out[f"{dtgg}_s"], 2)
+    return out
 
 
 def ledger_figures(job) -> dict:
@@ -270,19 +355,39 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
             proc.wait(5)
 
 
+def modelled(upstream: int, mode: str, job_at, repeats: int, only: tuple[str, ...] = PLANNERS) -> dict:
+    """``measure`` through the latency proxy (``job_at(port)``: the job reading through it), then
+    DTGG once at each of SWEEP threads (connections) beside the headline's THREADS."""
+    proxy = HttpLatencyProxy(upstream, LATENCY_MS / 1000, mode)
+    try:
+        job = job_at(proxy.port)
+        figures = measure(job, repeats=repeats, proxy=proxy, only=only, skip_repeats=("naive_listing_only",))
+        sweep = {THREADS: figures["dtgg_s"]}
+        for threads in SWEEP:
+            sweep[threads] = measure(job, threads=threads, proxy=proxy, only=("dtgg",))["dtgg_s"]
+    finally:
+        proxy.close()
+    figures["dtgg_by_threads_s"] = {str(n): sweep[n] for n in sorted(sweep)}
+    figures["ratio_by_threads"] = {str(n): round(figures["naive_s"] / sweep[n], 2) for n in sorted(sweep)}
+    return {"latency_ms": LATENCY_MS, "proxy_mode": mode, **figures}
+
+
 def main() -> None:
     import pyarrow.fs as pafs
 
     work = Path(tempfile.mkdtemp(prefix="bench-dtgg-"))
     parts = DAYS * HOURS * len(SOURCES)
     result: dict = {"bench": "dtgg", "layout": f"{len(SOURCES)} sources x {DAYS} days x {HOURS} hours x {FILES} files",
-                    "partitions": parts, "files": parts * (FILES + 1), "threads": THREADS}  # fmt: skip
+                    "partitions": parts, "files": parts * (FILES + 1), "threads": THREADS, "latency_ms": LATENCY_MS,
+                    "load_at_start": round(os.getloadavg()[0], 1)}  # fmt: skip
     procs: list[subprocess.Popen] = []
     os.environ["HADOOP_USER_NAME"] = "primus"
     try:
         local = work / "local" / "data"
         result["local_setup_s"] = timed(make_local, local)
         job = job_for(f"file://{local}", work / "jobs-local")
+        result["planner_only"] = measure(job, repeats=3, recorded=recorded_listing(job))
+        print(json.dumps({"planner_only": result["planner_only"]}), flush=True)
         result["local"] = measure(job, repeats=3)
         result["local"].update(ledger_figures(job))
         print(json.dumps({"local": result["local"]}), flush=True)
@@ -291,8 +396,21 @@ def main() -> None:
         procs.append(hdfs)
         result["hdfs_setup_s"] = timed(make_hdfs, work / "hdfs", classpath, info["namenode_rpc"], "/bench/data")
         webhdfs = urlsplit(info["webhdfs"])
-        result["hdfs"] = measure(job_for(f"webhdfs://{webhdfs.netloc}/bench/data", work / "jobs-hdfs"), repeats=2)
+        result["hdfs_loopback"] = measure(
+            job_for(f"webhdfs://{webhdfs.netloc}/bench/data", work / "jobs-hdfs"), repeats=2
+        )
+        print(json.dumps({"hdfs_loopback": result["hdfs_loopback"]}), flush=True)
+
+        def hdfs_job(port: int):
+            return job_for(f"webhdfs://127.0.0.1:{port}/bench/data", work / f"jobs-hdfs-{port}")
+
+        result["hdfs"] = modelled(webhdfs.port, "serial", hdfs_job, repeats=2)
         print(json.dumps({"hdfs": result["hdfs"]}), flush=True)
+        result["hdfs_link"] = modelled(
+            webhdfs.port, "link", hdfs_job, repeats=1, only=("naive", "dtgg", "dtgg_1thread")
+        )
+        print(json.dumps({"hdfs_link": result["hdfs_link"]}), flush=True)
+        stop_all([procs.pop()])
 
         weed, port, filer = start_weed(work / "weed")
         procs.append(weed)
@@ -302,34 +420,38 @@ def main() -> None:
         fs = pafs.S3FileSystem(access_key="bench", secret_key="bench-secret", endpoint_override=f"127.0.0.1:{port}",
                                scheme="http", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
         result["s3_setup_s"] = timed(make_s3, fs, filer, local, "bench")
-        result["s3"] = measure(job_for("s3://bench/data", work / "jobs-s3"), repeats=2)
-        print(json.dumps({"s3": result["s3"]}), flush=True)
+        result["s3_loopback"] = measure(job_for("s3://bench/data", work / "jobs-s3"), repeats=2)
+        print(json.dumps({"s3_loopback": result["s3_loopback"]}), flush=True)
 
-        hdfs_proxy = TcpProxy(webhdfs.port, delay=LATENCY_MS / 1000)
-        uri = f"webhdfs://127.0.0.1:{hdfs_proxy.port}/bench/data"
-        result[f"hdfs_latency_{LATENCY_MS}ms"] = measure(job_for(uri, work / "jobs-hdfs-l"), days=LATENCY_DAYS)
-        hdfs_proxy.close()
-        s3_proxy = TcpProxy(port, delay=LATENCY_MS / 1000)
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{s3_proxy.port}"
-        result[f"s3_latency_{LATENCY_MS}ms"] = measure(
-            job_for("s3://bench/data", work / "jobs-s3-l"), days=LATENCY_DAYS
-        )
-        s3_proxy.close()
+        def s3_job(proxy_port: int):
+            os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
+            return job_for("s3://bench/data", work / f"jobs-s3-{proxy_port}")
+
+        result["s3"] = modelled(port, "serial", s3_job, repeats=2)
+        print(json.dumps({"s3": result["s3"]}), flush=True)
     finally:
         stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
-    for name in ("hdfs", "s3", "local"):
-        result[f"ratio_{name}"] = result[name]["ratio"]
-        result[f"ratio_{name}_1thread"] = result[name]["ratio_1thread"]
-        result[f"{name}_naive_tasks_per_s"] = result[name]["naive_tasks_per_s"]
-        result[f"{name}_dtgg_tasks_per_s"] = result[name]["dtgg_tasks_per_s"]
-        result[f"{name}_dtgg_1thread_tasks_per_s"] = result[name]["dtgg_1thread_tasks_per_s"]
-    for name in ("hdfs", "s3"):
-        modelled = result[f"{name}_latency_{LATENCY_MS}ms"]
-        result[f"ratio_{name}_latency_{LATENCY_MS}ms"] = modelled["ratio"]
-        result[f"ratio_{name}_latency_{LATENCY_MS}ms_1thread"] = modelled["ratio_1thread"]
-    result["paper_ratio_fused_scans"] = 23
-    print(json.dumps(result))
+    result["load_at_end"] = round(os.getloadavg()[0], 1)
+    print(json.dumps(result | headline(result)))
+
+
+def headline(result: dict) -> dict:
+    """The flat keys: modelled end to end first, the less favourable figures beside them."""
+    out: dict = {}
+    for key, name in (("hdfs", "hdfs"), ("s3", "s3"), ("hdfs_loopback", "hdfs_loopback"),
+                      ("s3_loopback", "s3_loopback"), ("hdfs_link", "hdfs_link"), ("local", "local"),
+                      ("planner_only", "planner_only")):  # fmt: skip
+        figures = result[key]
+        for ratio in ("ratio", "ratio_1thread", "ratio_vs_listing_only", "ratio_1thread_vs_listing_only"):
+            if ratio in figures:
+                out[ratio.replace("ratio", f"ratio_{name}", 1)] = figures[ratio]
+        for planner in PLANNERS:
+            if f"{planner}_tasks_per_s" in figures:
+                out[f"{name}_{planner}_tasks_per_s"] = figures[f"{planner}_tasks_per_s"]
+            if f"{planner}_http_requests" in figures:
+                out[f"{name}_{planner}_http_requests"] = figures[f"{planner}_http_requests"]
+    return out
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devstack.http_latency import HttpLatencyProxy
 from devstack.tcp_proxy import TcpProxy
 from primus_lib.data.dtgg import DataTask, PartitionNotReady, Planner, plan_source, source_ready
 from primus_lib.data.dtgg import timer as timer_op
@@ -153,7 +155,7 @@ def test_on_hdfs_every_partition_is_listed_once_and_threads_do_not_change_the_pl
     plans = {n: [p.tasks for p in planner.plan()] for n, planner in planners.items()}
     assert plans[1] == plans[3] == plans[8] == naive
     assert [len(t) for t in naive] == [6, 6, 6, 6]  # 3 files x 2 sources; markers and _temporary/ left out
-    assert {p.listings for p in planners.values()} == {8}  # one LISTSTATUS per partition (naive: 3 calls each)
+    assert {p.listings for p in planners.values()} == {8}  # one LISTSTATUS per partition (naive: 2 requests each)
     assert naive[1][3].uri == f"{hdfs_cluster.uri(base)}/clicks/20261101/01/part-000.parquet"
 
 
@@ -235,3 +237,105 @@ def test_pipelined_webhdfs_listings_answer_each_directory_in_order(hdfs_cluster)
         assert cutter.connections > 2
     finally:
         cutter.close()
+
+
+def _hdfs_dirs(hdfs_cluster, count: int) -> tuple[list[str], dict]:
+    """``count`` directories, every other one absent, one file in each present one."""
+    base = f"/dtgg-lat-{uuid.uuid4().hex[:8]}"
+    wanted = [f"{base}/d{i:02d}/" for i in range(count)]
+    for directory in wanted[::2]:
+        hdfs_cluster.write_bytes(f"{directory}part-0.parquet", b"x")
+    expected = {d: [FileEntry("part-0.parquet", 1)] if i % 2 == 0 else None for i, d in enumerate(wanted)}
+    return wanted, expected
+
+
+def _lister_through(hdfs_cluster, proxy):
+    from fsspec.implementations.webhdfs import WebHDFS
+
+    from primus_lib.data.dtgg.webhdfs import WebHdfsLister
+
+    return WebHdfsLister(WebHDFS(hdfs_cluster.host, port=proxy.port, user=hdfs_cluster.user))
+
+
+def test_latency_proxy_delays_every_request_even_pipelined_ones(hdfs_cluster):
+    """The per-request model: N pipelined requests on one connection cost N delays (a delay per
+    TCP chunk, the old model, let a pipelined batch pay one)."""
+    wanted, expected = _hdfs_dirs(hdfs_cluster, 10)
+    delay = 0.05
+    proxy = HttpLatencyProxy(hdfs_cluster.port, delay)
+    try:
+        lister = _lister_through(hdfs_cluster, proxy)
+        began = time.monotonic()
+        assert lister.list_dirs(wanted) == expected  # 10 LISTSTATUS pipelined in one send
+        assert lister.is_file(f"{wanted[0]}part-0.parquet") and not lister.is_file(wanted[1])
+        elapsed = time.monotonic() - began
+    finally:
+        proxy.close()
+    assert proxy.requests == 12 and proxy.connections == 1
+    assert elapsed >= 12 * delay
+    sent = [at for _, _, at in proxy.log]
+    assert all(later - earlier >= delay * 0.99 for earlier, later in itertools.pairwise(sent))
+    assert all(at - read >= delay * 0.99 for _, read, at in proxy.log)
+
+
+def test_latency_proxy_link_mode_overlaps_pipelined_requests(hdfs_cluster):
+    """The network model: each answer is still a round trip late, but requests in flight overlap."""
+    wanted, expected = _hdfs_dirs(hdfs_cluster, 10)
+    delay = 0.5
+    proxy = HttpLatencyProxy(hdfs_cluster.port, delay, mode="link")
+    try:
+        assert _lister_through(hdfs_cluster, proxy).list_dirs(wanted) == expected
+    finally:
+        proxy.close()
+    assert proxy.requests == 10
+    assert all(at - read >= delay * 0.99 for _, read, at in proxy.log)
+    assert max(read for _, read, _ in proxy.log) < min(at for _, _, at in proxy.log)  # all in flight at once
+    with pytest.raises(ValueError, match="mode 'wire'"):
+        HttpLatencyProxy(hdfs_cluster.port, delay, mode="wire")
+
+
+def test_naive_planner_lists_through_dtggs_client(hdfs_cluster, tmp_path):
+    """Same plan as DTGG, two requests per partition (marker status + listing) on DTGG's own
+    WebHDFS client; through pyarrow/fsspec it sent six."""
+    write_layout(tmp_path / "local", hours=3, rows=5, files=2)
+    base = f"/dtgg-naive-{uuid.uuid4().hex[:8]}/data"
+    hdfs_cluster.put(tmp_path / "local", base)
+    proxy = HttpLatencyProxy(hdfs_cluster.port, 0.0)
+    try:
+        job = make_job(job_doc(f"webhdfs://127.0.0.1:{proxy.port}{base}", hours=3), tmp_path)
+        counted = []
+        for plan in (
+            lambda: naive_plan(job, "history"),
+            lambda: naive_plan(job, "history", marker_request=False),
+            lambda: Planner(job, "history", threads=1, ledger=False).plan(),
+        ):
+            before = proxy.requests
+            counted.append(([p.tasks for p in plan()], proxy.requests - before))
+    finally:
+        proxy.close()
+    (naive, naive_requests), (lean, lean_requests), (dtgg, dtgg_requests) = counted
+    assert naive == lean == dtgg and [len(t) for t in naive] == [4, 4, 4]
+    assert (naive_requests, lean_requests, dtgg_requests) == (12, 6, 6)  # 6 partitions
+
+
+def test_naive_and_dtgg_plan_the_same_on_s3_through_the_latency_proxy(s3_env, tmp_path, monkeypatch):
+    """S3's HEAD (an answer without a body) and LIST requests pass the proxy; naive: 2 a partition."""
+    import pyarrow.fs as pafs
+
+    local = tmp_path / "local"
+    write_layout(local, hours=2, rows=5, files=2)
+    bucket = f"dtgg-{uuid.uuid4().hex[:8]}"
+    fs = s3_env.filesystem()
+    fs.create_dir(bucket)
+    pafs.copy_files(str(local), f"{bucket}/data", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    proxy = HttpLatencyProxy(int(s3_env.endpoint.rsplit(":", 1)[1]), 0.01)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        job = make_job(job_doc(f"s3://{bucket}/data", hours=2), tmp_path)
+        naive = [p.tasks for p in naive_plan(job, "history")]
+        naive_requests = proxy.requests
+        dtgg = [p.tasks for p in Planner(job, "history", threads=2, ledger=False).plan()]
+    finally:
+        proxy.close()
+    assert naive == dtgg and [len(t) for t in naive] == [4, 4]
+    assert naive_requests == 8  # HEAD marker + LIST, 4 partitions

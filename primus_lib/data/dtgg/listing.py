@@ -8,6 +8,9 @@ that holds wanted partitions is listed once, recursively, the walks running conc
 files are bucketed by directory. WebHDFS has no recursive listing: there each wanted
 directory is listed once, the requests pipelined on a few connections (``webhdfs.py``). (The
 cache of generated task lists is the ledger: a planned window is never listed again.)
+
+The lister is also the only way the naive planner reaches storage (``list_dir``, ``is_file``:
+one request each), so the two planners differ in what they ask, not in the client that asks.
 """
 
 from __future__ import annotations
@@ -71,6 +74,27 @@ class FusedLister:
                 listing.dirs[directory].extend(entries)
         listing.requests = self.requests
         return listing
+
+    def list_dir(self, fs: pafs.FileSystem, directory: str) -> list[FileEntry] | None:
+        """The files directly in one directory (one listing request); None when it has none or
+        does not exist, as in a fused listing (WebHDFS: [] for an existing empty directory)."""
+        hdfs = self._webhdfs(fs)
+        with self._lock:
+            self.requests += 1
+        if hdfs is not None:
+            return hdfs.list_dir(directory)
+        selector = pafs.FileSelector(directory.rstrip("/") or "/", allow_not_found=True)
+        found = [FileEntry(i.base_name, i.size or 0) for i in fs.get_file_info(selector) if i.is_file]
+        return found or None
+
+    def is_file(self, fs: pafs.FileSystem, path: str) -> bool:
+        """Whether ``path`` is a file (one status request: a success-marker check)."""
+        hdfs = self._webhdfs(fs)
+        with self._lock:
+            self.requests += 1
+        if hdfs is not None:
+            return hdfs.is_file(path)
+        return fs.get_file_info(path).type == pafs.FileType.File
 
     def _webhdfs(self, fs):
         from primus_lib.data.dtgg.webhdfs import WebHdfsLister, webhdfs_client

@@ -2,9 +2,11 @@
 
 Windows are planned in chunks: one fused listing per filesystem serves every (source, window)
 of the chunk, the DataSource/Joiner work of the chunk's windows runs on a thread pool, and the
-Sinks run in window order. ``threads`` (default ``$PRIMUS_DTGG_THREADS``, else 4) bounds both
-pools; the plan does not depend on it. Windows already in the ledger are served from it (cached task
-lists): a restarted planner does no listing for them.
+Sinks run in window order. With more than one thread the next chunk is listed while this one's
+tasks are generated, so a remote store's latency hides behind the generation. ``threads``
+(default ``$PRIMUS_DTGG_THREADS``, else 4) bounds both pools; the plan does not depend on it.
+Windows already in the ledger are served from it (cached task lists): a restarted planner does
+no listing for them.
 """
 
 from __future__ import annotations
@@ -81,9 +83,10 @@ class Planner:
         sink = SinkOp(self.ledger)
         windows = timer.windows(self.job, start, end)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dtgg") if self.threads > 1 else None
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="dtgg-ahead") if pool is not None else None
         try:
-            while chunk := list(itertools.islice(windows, self.chunk_windows)):
-                plans = self._plan_chunk(chunk, pool)
+            for chunk, cached, listing in self._listed_chunks(windows, ahead):
+                plans = self._generate(chunk, cached, listing, pool)
                 ready = list(itertools.takewhile(lambda p: p.ready, plans))
                 sink.push_all(ready)  # in time order, one ledger transaction per chunk
                 for plan in ready:
@@ -96,30 +99,52 @@ class Planner:
                     yield stuck
                     return
         finally:
-            if pool is not None:
-                pool.shutdown()
+            for executor in (ahead, pool):
+                if executor is not None:
+                    executor.shutdown(cancel_futures=True)
 
     def plan_window(self, start: datetime) -> WindowPlan:
         """One window (the Airflow DataSource task's unit); stored in the ledger once complete."""
-        plan = self._plan_chunk([start], None)[0]
+        cached = self._cached([start])
+        plan = self._generate([start], cached, self.fused_listing([] if cached else [start]), None)[0]
         if plan.ready and not plan.cached and self.ledger is not None:
             if not self.ledger.add_window(plan.stream, plan.window, plan.tasks):
                 # planned concurrently by another task: the ledger's version is the one that counts
                 plan = WindowPlan(plan.stream, start, self.ledger.tasks(plan.stream, plan.window), cached=True)
         return plan
 
-    def _plan_chunk(self, chunk: list[datetime], pool: ThreadPoolExecutor | None) -> list[WindowPlan]:
-        cached: dict[datetime, WindowPlan] = {}
-        if self.ledger is not None:
-            done = set(self.ledger.planned_windows(self.stream.name))
-            hits = [s for s in chunk if window_id(s) in done]
-            found = self.ledger.tasks_by_window(self.stream.name, [window_id(s) for s in hits])
-            for start in hits:
-                cached[start] = WindowPlan(self.stream.name, start, found[window_id(start)], cached=True)
+    def _listed_chunks(self, windows: Iterator[datetime], ahead: ThreadPoolExecutor | None) -> Iterator[tuple]:
+        """(chunk, its windows served from the ledger, the fused listing of the others), in order.
+        With ``ahead`` the next chunk's listing runs while the caller generates this one's tasks."""
+        pending = None
+        while chunk := list(itertools.islice(windows, self.chunk_windows)):
+            cached = self._cached(chunk)
+            todo = [s for s in chunk if s not in cached]
+            if ahead is None:
+                yield chunk, cached, self.fused_listing(todo)
+                continue
+            started = (chunk, cached, ahead.submit(self.fused_listing, todo))
+            if pending is not None:
+                yield pending[0], pending[1], pending[2].result()
+            pending = started
+        if pending is not None:
+            yield pending[0], pending[1], pending[2].result()
+
+    def _cached(self, chunk: list[datetime]) -> dict[datetime, WindowPlan]:
+        """The chunk's windows already in the ledger (cached task lists)."""
+        if self.ledger is None:
+            return {}
+        done = set(self.ledger.planned_windows(self.stream.name))
+        hits = [s for s in chunk if window_id(s) in done]
+        found = self.ledger.tasks_by_window(self.stream.name, [window_id(s) for s in hits])
+        return {s: WindowPlan(self.stream.name, s, found[window_id(s)], cached=True) for s in hits}
+
+    def _generate(
+        self, chunk: list[datetime], cached: dict, listing: Listing, pool: ThreadPoolExecutor | None
+    ) -> list[WindowPlan]:
         todo = [s for s in chunk if s not in cached]
         self.stats["windows_cached"] += len(cached)
         self.stats["windows_planned"] += len(todo)
-        listing = self.fused_listing(todo)
         now = self.now or datetime.now(UTC)
 
         def generate(start: datetime) -> WindowPlan:

@@ -1,15 +1,15 @@
 """Partition listings over WebHDFS: one LISTSTATUS per wanted directory, pipelined on kept-alive
-connections.
+connections; the client both planners use on WebHDFS (the naive one through
+``FusedLister.list_dir``/``is_file``, one request at a time).
 
 WebHDFS has no recursive listing (every op reads one path), so the fewest requests a planner
 can make is one per partition directory; a recursive walk of the common parent costs more
-(every intermediate directory, through fsspec's per-call overhead). The naive planner, through
-pyarrow's filesystem over fsspec, sends six per partition (the marker's GETFILESTATUS, four more
-from the directory probes, the LISTSTATUS; counted at the socket). Here each wanted
-directory is listed once and its success marker comes out of that listing. The requests of a
-connection are HTTP/1.1-pipelined (``PIPELINE`` sent before their answers are read, answers
-come back in order): a round trip per batch instead of per directory, so one thread keeps the
-NameNode busy; the planner's threads each pipeline their own share of the directories.
+(every intermediate directory). DTGG lists each wanted directory once and takes its success
+marker from that listing; the naive planner asks for the marker (GETFILESTATUS), then lists.
+The requests of a connection are HTTP/1.1-pipelined (``PIPELINE`` sent before their answers
+are read, answers come back in order): one round trip per batch instead of per directory. The
+server still answers them one after another, so its per-request time is not hidden: only the
+planner's threads, each pipelining its own share on its own connection, overlap it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class _Closed(Exception):
 
 
 class ListingRefused(OSError):
-    """The NameNode answered a LISTSTATUS with an error other than "not found"."""
+    """The NameNode answered a request with an error other than "not found"."""
 
 
 class WebHdfsLister:
@@ -52,7 +52,7 @@ class WebHdfsLister:
         split = urlsplit(client.url)  # http[s]://host:port/webhdfs/v1
         self.https = split.scheme == "https"
         self.host, self.port, self.base = split.hostname, split.port, split.path.rstrip("/")
-        self.query = urlencode({"op": "LISTSTATUS", **client.pars})  # user.name / delegation / doas
+        self.pars = dict(client.pars)  # user.name / delegation / doas
         # Kerberos, basic auth or client certificates: let fsspec's requests session do the call.
         self.raw = not (
             client.kerb or getattr(client, "password", None) or getattr(client, "session_cert", None) or self.https
@@ -66,32 +66,45 @@ class WebHdfsLister:
 
     def list_dirs(self, directories: list[str]) -> dict[str, list[FileEntry] | None]:
         """The files of each directory (None for one that does not exist), on this thread's connection."""
-        if not self.raw:
-            return {d: _files(self._fsspec_liststatus(d.rstrip("/") or "/")) for d in directories}
         out: dict[str, list[FileEntry] | None] = {}
         for i in range(0, len(directories), PIPELINE):
-            self._pipelined(directories[i : i + PIPELINE], out)
+            batch = directories[i : i + PIPELINE]
+            for directory, answer in zip(batch, self._exchange("LISTSTATUS", batch), strict=True):
+                out[directory] = None if answer is None else _files(answer["FileStatuses"]["FileStatus"])
         return out
 
-    def _fsspec_liststatus(self, path: str) -> list[dict] | None:
+    def is_file(self, path: str) -> bool:
+        """Whether ``path`` is a file: one GETFILESTATUS."""
+        answer = self._exchange("GETFILESTATUS", [path])[0]
+        return answer is not None and answer["FileStatus"].get("type") == "FILE"
+
+    def _exchange(self, op: str, paths: list[str]) -> list[dict | None]:
+        """The JSON answer to ``op`` on each path (None: not found), pipelined on this thread's connection."""
+        if not self.raw:
+            return [self._fsspec_call(op, p.rstrip("/") or "/") for p in paths]
+        out: dict[str, dict | None] = {}
+        self._pipelined(op, list(dict.fromkeys(paths)), out)
+        return [out[p] for p in paths]
+
+    def _fsspec_call(self, op: str, path: str) -> dict | None:
         try:
-            answer = self.client._call("LISTSTATUS", path=path)
+            return self.client._call(op, path=path).json()
         except FileNotFoundError:
             return None
-        return answer.json()["FileStatuses"]["FileStatus"]
 
-    def _pipelined(self, batch: list[str], out: dict) -> None:
+    def _pipelined(self, op: str, batch: list[str], out: dict) -> None:
         """Send the batch's requests at once, read the answers in order; on a closed connection
         resend what is unanswered on a new one (a request that made no progress twice fails)."""
         pending = list(batch)
         stalls = 0
+        query = urlencode({"op": op, **self.pars})
         while pending:
             try:
                 sock, reader = self._connection()
-                sock.sendall(b"".join(self._request(d) for d in pending))
+                sock.sendall(b"".join(self._request(p, query) for p in pending))
                 while pending:
                     status, body, close = _response(reader)
-                    out[pending[0]] = self._answer(pending[0], status, body)
+                    out[pending[0]] = self._answer(op, pending[0], status, body)
                     pending.pop(0)  # answered: a retry starts after it
                     stalls = 0
                     if close:
@@ -104,20 +117,18 @@ class WebHdfsLister:
                 stalls += 1
                 if pending and (stalls > 1 or not isinstance(exc, _Closed | ConnectionError | ValueError)):
                     why = "connection closed" if isinstance(exc, _Closed) else exc
-                    raise OSError(f"webhdfs://{self.host}:{self.port}{pending[0]}: LISTSTATUS failed: {why}") from exc
+                    raise OSError(f"webhdfs://{self.host}:{self.port}{pending[0]}: {op} failed: {why}") from exc
 
-    def _request(self, directory: str) -> bytes:
-        path = quote(directory.rstrip("/") or "/")
-        return f"GET {self.base}{path}?{self.query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode()
+    def _request(self, path: str, query: str) -> bytes:
+        quoted = quote(path.rstrip("/") or "/")
+        return f"GET {self.base}{quoted}?{query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode()
 
-    def _answer(self, directory: str, status: int, body: bytes) -> list[FileEntry] | None:
+    def _answer(self, op: str, path: str, status: int, body: bytes) -> dict | None:
         if status == 404:
             return None
         if status != 200:
-            raise ListingRefused(
-                f"webhdfs://{self.host}:{self.port}{directory}: LISTSTATUS answered {status}: {body[:200]!r}"
-            )
-        return _files(json.loads(body)["FileStatuses"]["FileStatus"])
+            raise ListingRefused(f"webhdfs://{self.host}:{self.port}{path}: {op} answered {status}: {body[:200]!r}")
+        return json.loads(body)
 
     def _connection(self):
         found = getattr(self._local, "conn", None)
