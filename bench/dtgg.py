@@ -362,6 +362,8 @@ def modelled(upstream: int, mode: str, job_at, repeats: int, only: tuple[str, ..
     try:
         job = job_at(proxy.port)
         figures = measure(job, repeats=repeats, proxy=proxy, only=only, skip_repeats=("naive_listing_only",))
+        if figures["naive_http_requests"] < figures["windows"]:  # the job must read through the proxy
+            raise RuntimeError(f"{figures['naive_http_requests']} requests passed the latency proxy")
         sweep = {THREADS: figures["dtgg_s"]}
         for threads in SWEEP:
             sweep[threads] = measure(job, threads=threads, proxy=proxy, only=("dtgg",))["dtgg_s"]
