@@ -66,6 +66,14 @@ PLANNERS = ("naive", "naive_listing_only", "dtgg", "dtgg_1thread")
 SWEEP = (4, 64)  # DTGG thread counts also measured through the latency proxy (once each)
 
 
+def default_storage(work: Path, connection: dict) -> None:
+    """The default storage connection of this process (primus_lib.credentials): a secret file."""
+    secrets = work / "secrets"
+    secrets.mkdir(mode=0o700, exist_ok=True)
+    (secrets / "primus_storage_default.json").write_text(json.dumps(connection))
+    os.environ["PRIMUS_SECRETS_DIR"] = str(secrets)
+
+
 def job_for(root_uri: str, home: Path):
     source = {"format": "parquet", "success_marker": "_SUCCESS"}
     doc = {
@@ -383,7 +391,7 @@ def main() -> None:
                     "partitions": parts, "files": parts * (FILES + 1), "threads": THREADS, "latency_ms": LATENCY_MS,
                     "load_at_start": round(os.getloadavg()[0], 1)}  # fmt: skip
     procs: list[subprocess.Popen] = []
-    os.environ["HADOOP_USER_NAME"] = "primus"
+    default_storage(work, {"conn_type": "webhdfs", "login": "primus"})  # the WebHDFS user
     try:
         local = work / "local" / "data"
         result["local_setup_s"] = timed(make_local, local)
@@ -416,9 +424,8 @@ def main() -> None:
 
         weed, port, filer = start_weed(work / "weed")
         procs.append(weed)
-        for key, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
-                           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():  # fmt: skip
-            os.environ[key] = value
+        s3_keys = {"conn_type": "aws", "login": "bench", "password": "bench-secret"}
+        default_storage(work, {**s3_keys, "extra": {"endpoint_url": f"http://127.0.0.1:{port}"}})
         fs = pafs.S3FileSystem(access_key="bench", secret_key="bench-secret", endpoint_override=f"127.0.0.1:{port}",
                                scheme="http", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
         result["s3_setup_s"] = timed(make_s3, fs, filer, local, "bench")
@@ -426,7 +433,7 @@ def main() -> None:
         print(json.dumps({"s3_loopback": result["s3_loopback"]}), flush=True)
 
         def s3_job(proxy_port: int):
-            os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
+            default_storage(work, {**s3_keys, "extra": {"endpoint_url": f"http://127.0.0.1:{proxy_port}"}})
             return job_for("s3://bench/data", work / f"jobs-s3-{proxy_port}")
 
         result["s3"] = modelled(port, "serial", s3_job, repeats=2)

@@ -8,18 +8,16 @@ client. Plain ``requests``: ``primus_lib`` never imports Airflow.
 Authentication: with a password the client gets a JWT from ``POST /auth/token`` on its first
 call; with neither password nor token it sends none (an API server that requires none). A
 command line never carries the password (``ps`` shows argv to every user of the host): callers
-read it from a file, the environment or an Airflow connection (``connection_login``).
+read it from a file or a connection (``primus_lib.credentials``).
 ``requests`` is imported on first use: every ``primus`` command imports this module.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     import requests
@@ -31,22 +29,6 @@ class AirflowApiError(RuntimeError):
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
-
-
-def connection_login(conn_id: str, environ: Mapping[str, str] = os.environ) -> tuple[str | None, str | None]:
-    """(login, password) of the Airflow connection ``conn_id`` where Airflow finds it without its
-    database: ``$AIRFLOW_CONN_<CONN_ID>``, JSON or URI form; (None, None) when there is none."""
-    raw = environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "").strip()
-    if not raw:
-        return None, None
-    if raw.startswith("{"):
-        try:
-            conn = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"$AIRFLOW_CONN_{conn_id.upper()}: not a JSON connection: {exc.msg}") from None
-        return conn.get("login"), conn.get("password")
-    parts = urlsplit(raw)
-    return (unquote(parts.username) if parts.username else None), (unquote(parts.password) if parts.password else None)
 
 
 class AirflowApi:

@@ -1,70 +1,36 @@
 """One filesystem interface for every batch storage: local files, S3, HDFS, WebHDFS.
 
 URIs are resolved to a ``pyarrow.fs.FileSystem`` plus a path inside it, so listing and reading
-code is the same for all of them. S3 settings come from the standard environment
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``)
-or from URI query parameters (``?endpoint=host:port&scheme=http``); credentials never live in
-the spec.
+code is the same for all of them. Credentials are passed in (``S3Credentials`` /
+``WebHdfsCredentials``, resolved from a connection id by ``primus_lib.credentials``); nothing here
+reads the environment. Without them a URI uses the process's default storage connection
+(``primus_storage_default``, when there is one of the URI's kind), else the SDK's defaults; URI
+query parameters (``?endpoint=host:port&scheme=http``, ``?user=``) override.
 
 ``webhdfs://host:port/path`` goes through fsspec's WebHDFS client (REST, no JVM; tested against
-a real NameNode, Hadoop's MiniDFSCluster). The user is ``?user=`` or ``HADOOP_USER_NAME``; a URI
-without a NameNode (``webhdfs:///path``) uses ``PRIMUS_WEBHDFS_URL`` (``http[s]://host:port``,
-set from an Airflow connection by the storage hook), else ``localhost:9870``.
+a real NameNode, Hadoop's MiniDFSCluster). A URI without a NameNode (``webhdfs:///path``) uses
+the connection's (``WebHdfsCredentials.namenode_url``), else ``localhost:9870``.
 ``hdfs://`` goes through pyarrow's libhdfs binding, which needs a JVM and Hadoop's native
 libhdfs (only in Hadoop's binary distribution): not obtainable on the project's machines, so
 untested here.
 
-A caller that resolved a source's connection itself passes the result to ``resolve`` as
-``credentials`` (``S3Credentials`` / ``WebHdfsCredentials``): then the process environment is not
-read at all, so one process can serve sources of several accounts (the Airflow triggerer) and
-nothing is written to ``os.environ``. ``credentials_env`` is the same values as the variables
-above, for processes that still receive them through their environment.
+One process can serve sources of several accounts (the Airflow triggerer): filesystems are
+cached per credentials.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 import pyarrow.fs as pafs
 
-WEBHDFS_URL_ENV = "PRIMUS_WEBHDFS_URL"  # the NameNode of authority-less webhdfs:/// URIs
+from primus_lib.credentials import S3Credentials, StorageCredentials, WebHdfsCredentials, current
+
+__all__ = ["Location", "S3Credentials", "StorageCredentials", "WebHdfsCredentials", "join", "resolve"]
 WEBHDFS_DEFAULT_PORT = 9870
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    """An S3 store's keys, endpoint and region, resolved by the caller (an Airflow connection).
-    None fields are unset (no keys: the SDK's default chain; no endpoint: AWS itself)."""
-
-    access_key_id: str | None = None
-    secret_access_key: str | None = field(default=None, repr=False)
-    endpoint_url: str | None = None  # http[s]://host:port
-    region: str | None = None
-
-
-@dataclass(frozen=True)
-class WebHdfsCredentials:
-    """The WebHDFS user and the NameNode of ``webhdfs:///path`` URIs (``http[s]://host:port``)."""
-
-    user: str | None = None
-    namenode_url: str | None = None
-
-
-StorageCredentials = S3Credentials | WebHdfsCredentials
-
-
-def credentials_env(credentials: StorageCredentials) -> dict[str, str]:
-    """The environment variables ``resolve`` reads when it is given no credentials."""
-    if isinstance(credentials, S3Credentials):
-        c = credentials
-        keys = {"AWS_ACCESS_KEY_ID": c.access_key_id, "AWS_SECRET_ACCESS_KEY": c.secret_access_key}
-        env = {**keys, "AWS_ENDPOINT_URL_S3": c.endpoint_url, "AWS_DEFAULT_REGION": c.region}
-    else:
-        env = {"HADOOP_USER_NAME": credentials.user, WEBHDFS_URL_ENV: credentials.namenode_url}
-    return {key: value for key, value in env.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -86,10 +52,12 @@ class Location:
 
 
 def resolve(uri: str, credentials: StorageCredentials | None = None) -> Location:
-    """Split ``uri`` into a (cached, shared) filesystem and a path; with ``credentials``, the
-    filesystem uses them and nothing of the environment."""
+    """Split ``uri`` into a (cached, shared) filesystem and a path, using ``credentials`` (None:
+    the process's default storage connection of the URI's kind, else the SDK's defaults)."""
     parts = urlsplit(uri)
     scheme = parts.scheme or "file"
+    if credentials is None and scheme in ("s3", "webhdfs"):
+        credentials = current().storage(None, uri=uri)
     query = tuple(sorted((k, v[-1]) for k, v in parse_qs(parts.query).items()))
     if scheme == "file":
         return Location(
@@ -100,9 +68,9 @@ def resolve(uri: str, credentials: StorageCredentials | None = None) -> Location
         return Location(_s3(query, _s3_key(uri, credentials)), path, "s3", parts.netloc)
     if scheme == "webhdfs":
         given = _expect(uri, credentials, WebHdfsCredentials)
-        host, port, https = _namenode(parts, given.namenode_url if given else os.environ.get(WEBHDFS_URL_ENV))
+        host, port, https = _namenode(parts, given.namenode_url if given else None)
         options = dict(query)
-        user = options.get("user") or (given.user if given else os.environ.get("HADOOP_USER_NAME"))
+        user = options.get("user") or (given.user if given else None)
         https = https or options.get("https") == "true"
         # Tasks carry the NameNode even when the spec's URI left it to the connection.
         authority = parts.netloc or f"{host}:{port}"
@@ -126,25 +94,18 @@ def _expect(uri: str, credentials: StorageCredentials | None, kind: type) -> Sto
 
 
 def _s3_key(uri: str, credentials: StorageCredentials | None) -> tuple:
-    """(access key, secret key, region, endpoint, S3 endpoint): the credentials', else the environment's."""
+    """(access key, secret key, region, endpoint) of the credentials (all None without)."""
     given = _expect(uri, credentials, S3Credentials)
-    if given is not None:
-        return given.access_key_id, given.secret_access_key, given.region, None, given.endpoint_url
-    names = (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_DEFAULT_REGION",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3",
-    )
-    return tuple(os.environ.get(n) for n in names)
+    if given is None:
+        return None, None, None, None
+    return given.access_key_id, given.secret_access_key, given.region, given.endpoint_url
 
 
 @functools.lru_cache(maxsize=16)
 def _s3(query: tuple, env: tuple) -> pafs.FileSystem:
     options = dict(query)
-    access, secret, region, endpoint, endpoint_s3 = env
-    endpoint = options.get("endpoint") or endpoint_s3 or endpoint
+    access, secret, region, endpoint = env
+    endpoint = options.get("endpoint") or endpoint
     kwargs: dict = {"region": options.get("region") or region or "us-east-1"}
     if access and secret:
         kwargs.update(access_key=access, secret_key=secret)
@@ -156,14 +117,14 @@ def _s3(query: tuple, env: tuple) -> pafs.FileSystem:
 
 def _namenode(parts, default: str | None) -> tuple[str, int, bool]:
     """(host, HTTP port, https) of a webhdfs URI, from the URI or else ``default`` (the
-    credentials' NameNode or ``PRIMUS_WEBHDFS_URL``)."""
+    connection's NameNode)."""
     if parts.hostname:
         return parts.hostname, parts.port or WEBHDFS_DEFAULT_PORT, False
     if not default:
         return "localhost", WEBHDFS_DEFAULT_PORT, False
     split = urlsplit(default if "://" in default else f"http://{default}")
     if not split.hostname:
-        raise ValueError(f"NameNode {default!r} (connection or {WEBHDFS_URL_ENV}): expected http[s]://host:port")
+        raise ValueError(f"NameNode {default!r} (of the connection): expected http[s]://host:port")
     return split.hostname, split.port or WEBHDFS_DEFAULT_PORT, split.scheme == "https"
 
 

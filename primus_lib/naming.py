@@ -9,7 +9,6 @@ source for that). Names only: no Airflow import, nothing heavy (DAG parsing impo
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 TAG = "primus"  # on every Primus DAG: the view lists the DAGs carrying it
@@ -64,7 +63,9 @@ def asset_uri(job_name: str, name: str) -> str:
 
 def jobs_dir() -> Path:
     """Where the job specs live: ``$PRIMUS_JOBS_DIR``, else ``config/jobs`` of the checkout."""
-    return Path(os.environ.get("PRIMUS_JOBS_DIR") or DEFAULT_JOBS_DIR).resolve()
+    from primus_lib.settings import settings
+
+    return Path(settings().jobs_dir or DEFAULT_JOBS_DIR).resolve()
 
 
 def spec_files(folder: Path | None = None) -> list[Path]:

@@ -14,18 +14,23 @@ the committed windows, the checkpoints, the metric snapshots and the trainer's p
 live there (``JobPaths.shared``, the root plus the job's name); the rest (the SQLite ledger when
 no database is named, staging, resource tables) stays in a private local working directory,
 ``$PRIMUS_HOME/jobs/<job>`` (else ``.primus/jobs/<job>``).
+
+The remote root is read with the credentials of ``spec.storage.connection_id`` and the database
+with the login of ``spec.storage.database_connection_id``, both resolved here through
+``primus_lib.credentials`` (the secret files of a role, the Airflow connections of a task).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from primus_lib.credentials import CredentialsError, current
+from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation, is_remote, locate
+from primus_lib.storage import StorageLocation, is_remote, locate, unresolved
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -43,7 +48,7 @@ def parse_window_id(text: str) -> datetime:
 
 
 def _local_jobs_root() -> Path:
-    return Path(os.path.join(os.environ.get("PRIMUS_HOME", ".primus"), "jobs")).absolute()
+    return (settings().home / "jobs").absolute()
 
 
 def jobs_root(job: PrimusJob) -> Path:
@@ -63,12 +68,20 @@ class JobPaths:
     root: Path  # local: the job's directory; with a remote storage root, its private working directory
     database: str | None = field(default=None, repr=False)  # spec.storage.database: holds a password
     shared: StorageLocation | None = None  # the job's directory on remote storage (s3://, webhdfs://)
+    database_connection_id: str | None = None  # its login completes ``database`` (resolved when read)
 
     @classmethod
     def for_job(cls, job: PrimusJob) -> JobPaths:
-        root = job.spec.storage.root
-        shared = locate(root) / job.name if root is not None and is_remote(root) else None
-        return cls(jobs_root(job) / job.name, job.spec.storage.database, shared)
+        storage = job.spec.storage
+        shared = None
+        if storage.root is not None and is_remote(storage.root):
+            try:
+                credentials = current().storage(storage.connection_id, "spec.storage.connection_id")
+            except CredentialsError as exc:  # paths are still computed; the store's first use says why
+                shared = unresolved(storage.root, exc) / job.name
+            else:
+                shared = locate(storage.root, credentials) / job.name
+        return cls(jobs_root(job) / job.name, storage.database, shared, storage.database_connection_id)
 
     @property
     def state(self) -> Path | StorageLocation:
@@ -82,7 +95,12 @@ class JobPaths:
         if self.database:
             from sqlalchemy.engine import make_url  # only jobs with a database pay for the import
 
-            return make_url(self.database)
+            url = make_url(self.database)
+            if self.database_connection_id:  # the connection's login completes the URL
+                where = "spec.storage.database_connection_id"
+                conn = current().connection(self.database_connection_id, where)
+                url = url.set(username=conn.login or url.username, password=conn.password or url.password)
+            return url
         return self.root / "ledger.sqlite"
 
     def window_dir(self, stream: str, start: datetime) -> Path | StorageLocation:

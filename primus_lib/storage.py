@@ -2,14 +2,14 @@
 
 ``spec.storage.root`` may be a local path (``file://``), ``s3://bucket/prefix`` or
 ``webhdfs://host:port/path``; ``locate`` maps it to a location through
-``primus_lib.filesystems.resolve`` (S3 endpoint and credentials from the environment, the
-NameNode from the URI or ``PRIMUS_WEBHDFS_URL``). Local paths keep their rename-based commits
+``primus_lib.filesystems.resolve`` with the credentials of the spec's ``storage.connection_id``
+(``primus_lib.credentials``; ``JobPaths.for_job`` resolves them). Local paths keep their rename-based commits
 (``durable.py``); on a remote location the writers of windows, checkpoints and metric snapshots
 commit by writing the data parts first under unique names and a small commit file LAST
 (``put_atomic``: one PUT on S3, which has no rename and never shows half an object; temp file +
 rename on HDFS). Readers trust only what a commit file names and verify it. A store that is
 unreachable or answers "try again" (a restart, 5xx, SlowDown) costs each remote call a bounded wait
-(``PRIMUS_STORAGE_RETRY_S``, 120 s by default), then a ``StorageUnavailable`` naming the object;
+(``RETRY_SECONDS``, 120 s: a library default, not a setting), then a ``StorageUnavailable`` naming the object;
 a store this process never reached (a wrong endpoint) fails at once.
 """
 
@@ -29,7 +29,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
+    from primus_lib.credentials import StorageCredentials
+
 REMOTE_SCHEMES = ("s3", "webhdfs")
+RETRY_SECONDS = 120.0  # how long a remote call waits out an unreachable store (tests shorten it in-process)
 REREADS = 5  # reads of one HDFS file that another writer keeps replacing, before giving up
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -56,13 +59,13 @@ def _transient(exc: BaseException) -> bool:
 
 
 def _retried(call: Callable[P, R]) -> Callable[P, R]:
-    """A remote call asked again while the store is away, up to ``PRIMUS_STORAGE_RETRY_S``. Every
+    """A remote call asked again while the store is away, up to ``RETRY_SECONDS``. Every
     wrapped call is safe to repeat: a PUT replaces the whole object, a read or delete changes nothing
     more the second time."""
 
     @functools.wraps(call)
     def run(self: StorageLocation, *args: P.args, **kwargs: P.kwargs) -> R:
-        bound = float(os.environ.get("PRIMUS_STORAGE_RETRY_S", "120"))
+        bound = RETRY_SECONDS
 
         def outage(exc: BaseException) -> bool:
             return _transient(exc) and id(self.fs) in _REACHED
@@ -87,7 +90,7 @@ def _retried(call: Callable[P, R]) -> Callable[P, R]:
             if not outage(exc):
                 raise
             raise StorageUnavailable(
-                f"{self}: {call.__name__} failed for {bound:.0f}s (PRIMUS_STORAGE_RETRY_S), the store is "
+                f"{self}: {call.__name__} failed for {bound:.0f}s (the retry bound), the store is "
                 f"unreachable: {_first_line(exc)}"
             ) from None
         raise AssertionError("unreachable: tenacity re-raises the last error")
@@ -266,8 +269,11 @@ def is_remote(target: object) -> bool:
     return isinstance(target, str) and scheme_of(target) in REMOTE_SCHEMES
 
 
-def locate(target: str | os.PathLike | StorageLocation) -> StorageLocation | Path:
-    """A StorageLocation for a remote URI (or location), else the local Path."""
+def locate(
+    target: str | os.PathLike | StorageLocation, credentials: StorageCredentials | None = None
+) -> StorageLocation | Path:
+    """A StorageLocation for a remote URI (or location), else the local Path; ``credentials``: the
+    store's (None: the process's default storage connection, else the SDK's defaults)."""
     if isinstance(target, StorageLocation):
         return target
     text = os.fspath(target)
@@ -278,10 +284,35 @@ def locate(target: str | os.PathLike | StorageLocation) -> StorageLocation | Pat
         raise ValueError(f"{text}: unsupported storage scheme {scheme!r} (expected a local path, s3:// or webhdfs://)")
     from primus_lib.filesystems import resolve
 
-    where = resolve(text)
+    where = resolve(text, credentials)
     return StorageLocation(where.fs, where.path.rstrip("/") or "/", where.scheme, where.authority)
 
 
 def unique_name(stem: str, suffix: str) -> str:
     """``stem-<nonce>suffix``: parts of one writer never collide with another's."""
     return f"{stem}-{uuid.uuid4().hex[:12]}{suffix}"
+
+
+def unresolved(uri: str, error: Exception) -> StorageLocation:
+    """A location of ``uri`` whose every filesystem call raises ``error`` (a connection that could
+    not be resolved): paths and URIs can still be computed (a DAG parse, an annotation), and the
+    error names the connection where the store is first used."""
+    import pyarrow.fs as pafs
+
+    where = uri.partition("://")[2]
+    fs = pafs.PyFileSystem(_refusing(error))
+    return StorageLocation(fs, where.rstrip("/") or "/", scheme_of(uri), where.split("/", 1)[0])
+
+
+def _refusing(error: Exception):
+    import pyarrow.fs as pafs
+
+    def refuse(self, *args, **kwargs):
+        raise type(error)(str(error))
+
+    names = [n for n in dir(pafs.FileSystemHandler) if not n.startswith("_")]
+    methods = {n: refuse for n in names if n != "get_type_name"}
+    handler = type("Refusing", (pafs.FileSystemHandler,), {**methods, "get_type_name": lambda self: "unresolved"})
+    handler.__eq__ = lambda self, other: self is other
+    handler.__ne__ = lambda self, other: self is not other
+    return handler()

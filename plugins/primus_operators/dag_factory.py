@@ -117,15 +117,15 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
     timer = job.spec.timer
     executor_config = _executor_config(job)
     lag = max((s.lag for s in job.batch_streams), default=timedelta(0))
-    source_timeout = float(os.environ.get("PRIMUS_SOURCE_TIMEOUT", 6 * 3600))
-    poll = float(os.environ.get("PRIMUS_POLL_INTERVAL", 30))
+    source_timeout = job.spec.airflow.source_timeout.total_seconds()
+    poll = job.spec.airflow.poll_interval.total_seconds()
     dag = DAG(
         dag_id=job.name,
         description=f"Primus job {job.name}: {timer.window} windows, {job.spec.training.mode} training",
         schedule=PrimusWindowTimetable.from_timer(timer, lag=lag),
         start_date=timer.start,
         catchup=timer.catchup,
-        max_active_runs=int(os.environ.get("PRIMUS_MAX_ACTIVE_RUNS", 3)),
+        max_active_runs=job.spec.airflow.max_active_runs,
         tags=[
             naming.TAG,
             f"window:{timer.window}",
@@ -135,7 +135,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
         doc_md=dtgg_doc(job, spec_path),
         params={
             naming.MODE_PARAM: Param(
-                "service",
+                job.spec.airflow.trainer_mode,
                 enum=["service", "inline", "skip"],
                 description="Trainer: service = long-running trainer + deferral; inline = train this window "
                 "in a subprocess; skip = data only.",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -87,7 +86,7 @@ def _windows(dag_id: str, first: str | None, count: int) -> list[datetime]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m primus_operators.local_runs", description=__doc__.split("\n")[0])
     parser.add_argument("--dag-id", required=True)
-    parser.add_argument("--dags-folder", default=os.environ.get("AIRFLOW__CORE__DAGS_FOLDER", "dags"))
+    parser.add_argument("--dags-folder", help="the DAG folder (default: Airflow's [core] dags_folder)")
     parser.add_argument("--from", dest="first", help="ISO start of the first window (default: the timer's start)")
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--mode", default="service", choices=["service", "inline", "skip"])
@@ -97,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         starts = _windows(args.dag_id, args.first, args.windows)
     except ValueError as exc:  # a bad --from
         parser.error(str(exc))
+    if args.dags_folder is None:
+        from airflow.configuration import conf
+
+        args.dags_folder = conf.get("core", "dags_folder")
     report = run_windows(args.dags_folder, args.dag_id, [(s, args.mode) for s in starts])
     print(f"{'window':<27} {'state':<8} {'samples':>8} {'auc':>7} {'logloss':>8}")
     for run in report:

@@ -66,7 +66,7 @@ def pod_mutation_hook(pod: k8s.V1Pod) -> None:
     """Set a marked pod's base container to the role's current CPU/memory; others pass unchanged.
 
     The store is read with the storage connection's settings (``spec.storage.connection_id``),
-    else the scheduler's environment (``AWS_*``). A store that cannot be read (or a broken
+    else the default storage connection (``primus_storage_default``), else the SDK's defaults. A store that cannot be read (or a broken
     resources.json, a missing connection) keeps the parse-time sizing and logs one warning: a
     stale size is better than a task that cannot start.
     """
@@ -76,13 +76,12 @@ def pod_mutation_hook(pod: k8s.V1Pod) -> None:
         return
     from primus_lib.allocation import read_allocations
     from primus_lib.storage import locate
-    from primus_operators.hooks.env import applied_env
     from primus_operators.hooks.storage import PrimusStorageHook
 
     connection = annotations.get(CONNECTION_ANNOTATION)
     try:
-        with applied_env(PrimusStorageHook(connection).env() if connection else {}):
-            decided = read_allocations(locate(where)).get(role)
+        credentials = PrimusStorageHook(connection).credentials() if connection else None
+        decided = read_allocations(locate(where, credentials)).get(role)
     except Exception as exc:  # never stop the pod: its parse-time size stands
         log.warning("primus: pod %s keeps its parse-time resources (%s: %s)", pod.metadata.name,
                     type(exc).__name__, exc)  # fmt: skip

@@ -26,9 +26,11 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from primus_lib.airflow_api import AirflowApi, AirflowApiError, connection_login
+from primus_lib.airflow_api import AirflowApi, AirflowApiError
 from primus_lib.cli.console import Progress, seconds
+from primus_lib.credentials import Resolver, current
 from primus_lib.naming import API_CONNECTION, MODE_PARAM, pool_name
+from primus_lib.settings import settings
 from primus_lib.timegrid import iso, parse_utc
 
 
@@ -45,12 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="windows in flight at once (default 3; keep >= 2: the trainer finishes window N's "
                         "last partial minibatch with window N+1's rows)")  # fmt: skip
     parser.add_argument("--mode", choices=["service", "inline", "skip"], help="trainer mode for these runs (DAG param)")
-    parser.add_argument("--api", default=os.environ.get("PRIMUS_AIRFLOW_API"),
+    parser.add_argument("--api", default=None,
                         help="Airflow API server URL (default $PRIMUS_AIRFLOW_API; none: the local airflow CLI)")  # fmt: skip
-    parser.add_argument("--user", help="API user (default $PRIMUS_AIRFLOW_USER, the connection's login, admin)")
-    secret = "file whose first line is the API password (default $PRIMUS_AIRFLOW_PASSWORD, else the connection's)"
+    parser.add_argument("--user", help="API user (default the connection's login, else admin)")
+    secret = "file whose first line is the API password (default the connection's)"
     parser.add_argument("--password-file", metavar="PATH", help=secret)
-    conn = f"Airflow connection ($AIRFLOW_CONN_<ID>) with the API login and password (default {API_CONNECTION})"
+    conn = f"connection with the API login and password: $PRIMUS_SECRETS_DIR/<ID>.json (default {API_CONNECTION})"
     parser.add_argument("--conn-id", default=API_CONNECTION, help=conn)
     parser.add_argument("--password", nargs="?", action=RefusedInArgv, help=argparse.SUPPRESS)
     parser.add_argument("--keep-paused", action="store_true", help="do not unpause the DAG (backfill runs wait then)")
@@ -92,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  window {iso(when)}")
         print("request: " + json.dumps(body, sort_keys=True))
         return 0
+    args.api = args.api or settings().airflow_api
     if args.api:
         role = job.spec.resources.roles.get("data_executor")
         return _via_api(args, body, len(planned), max(1, role.replicas) if role else 1)
@@ -115,19 +118,20 @@ class RefusedInArgv(argparse.Action):
     """``--password``: refused before anything runs, naming the ways that keep it out of ``ps``."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        how = "--password-file PATH, $PRIMUS_AIRFLOW_PASSWORD or the Airflow connection of --conn-id"
+        how = "--password-file PATH or the connection of --conn-id ($PRIMUS_SECRETS_DIR/<ID>.json)"
         parser.exit(
             2, f"primus backfill: {option_string} is refused (argv shows in `ps`): pass the password with {how}\n"
         )
 
 
-def credentials(args: argparse.Namespace, environ=os.environ) -> tuple[str, str | None]:
-    """(user, password) of the API calls: ``--password-file``, else ``$PRIMUS_AIRFLOW_PASSWORD``,
-    else the connection ``--conn-id``; ValueError (one line) for an unusable file or connection."""
-    login, conn_password = connection_login(args.conn_id, environ)
-    user = args.user or environ.get("PRIMUS_AIRFLOW_USER") or login or "admin"
+def credentials(args: argparse.Namespace, resolver: Resolver | None = None) -> tuple[str, str | None]:
+    """(user, password) of the API calls: ``--user`` / ``--password-file``, else the connection
+    ``--conn-id`` (``primus_lib.credentials``: the secret file ``$PRIMUS_SECRETS_DIR/<ID>.json``);
+    ValueError (one line) for an unusable file or connection."""
+    login, conn_password = (resolver or current()).login(args.conn_id, "--conn-id")
+    user = args.user or login or "admin"
     if not args.password_file:
-        return user, environ.get("PRIMUS_AIRFLOW_PASSWORD") or conn_password
+        return user, conn_password
     where = f"--password-file {args.password_file}"
     try:
         text = Path(args.password_file).read_text(encoding="utf-8")

@@ -28,14 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from primus_lib.cli.console import Progress
     from primus_lib.data.datagen import default_range, generate, iter_hours, world_config
+    from primus_lib.settings import spec_environment
     from primus_lib.spec import load_job
 
-    out = args.out or os.environ.get("PRIMUS_DATA")
+    env = dict(spec_environment())  # ${PRIMUS_DATA} is the demo specs' variable: --out binds it
+    out = args.out or env.get("PRIMUS_DATA")
     if not out:
         print("primus datagen: give --out or set PRIMUS_DATA", file=sys.stderr)
         return 2
-    os.environ.setdefault("PRIMUS_DATA", os.path.abspath(out))  # a spec URI may hold no ".."
-    job = load_job(args.spec)
+    env.setdefault("PRIMUS_DATA", os.path.abspath(out))  # a spec URI may hold no ".."
+    job = load_job(args.spec, env)
     start, end = default_range(job)
     try:
         start = parse_utc(args.start, "--start") if args.start else start

@@ -53,13 +53,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_lib.settings import spec_environment
     from primus_lib.spec import load_job
 
+    env = dict(spec_environment())
     if args.data:  # absolute: a spec's URIs may hold no '..' (docs/reliability.md)
-        os.environ["PRIMUS_DATA"] = os.path.abspath(args.data)
+        env["PRIMUS_DATA"] = os.path.abspath(args.data)
     elif args.data_seeds:
-        os.environ.setdefault("PRIMUS_DATA", os.path.abspath(os.path.join(args.out, "data")))
-    job = load_job(args.spec)  # before torch is imported: a bad spec answers at once
+        env.setdefault("PRIMUS_DATA", os.path.abspath(os.path.join(args.out, "data")))
+    job = load_job(args.spec, env)  # before torch is imported: a bad spec answers at once
     from primus_lib.train.backtest import BacktestOptions, run_backtest
     from primus_lib.train.eval_sources import EvalInputError
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -20,7 +19,7 @@ import threading
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("executor", help="serve a stream's samples to the trainer (Kafka -> Arrow Flight)")
     parser.add_argument("spec", metavar="SPEC")
-    parser.add_argument("--role", default=os.environ.get("PRIMUS_ROLE", "stream_executor"))
+    parser.add_argument("--role", help="the role to run (default $PRIMUS_ROLE, else stream_executor)")
     parser.add_argument("--index", type=int, help="this executor's index (default $PRIMUS_REPLICA_INDEX or 0)")
     parser.add_argument("--replicas", type=int, help="executors of the stream (default $PRIMUS_REPLICAS, the spec)")
     parser.add_argument("--stream", help="the stream to serve (default: every stream of kind stream)")
@@ -34,25 +33,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else None
-
-
 def run(args: argparse.Namespace) -> int:
     from primus_lib.data.executor.leases import LEASE_SECONDS
     from primus_lib.data.executor.service import ExecutorService
     from primus_lib.resources.discovery import discovery_for
+    from primus_lib.settings import settings
     from primus_lib.spec import load_job
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    deployed = settings()  # what the resource backend set: role, replica index, replicas
+    args.role = args.role or deployed.role or "stream_executor"
     if args.role != "stream_executor":
         print(f"primus executor: role {args.role!r}: only stream_executor runs as a service", file=sys.stderr)
         return 2
     job = load_job(args.spec)
-    index = args.index if args.index is not None else (_int_env("PRIMUS_REPLICA_INDEX") or 0)
+    index = args.index if args.index is not None else (deployed.replica_index or 0)
     role = job.spec.resources.roles.get(args.role)
-    replicas = args.replicas or _int_env("PRIMUS_REPLICAS") or (role.replicas if role else 1) or 1
+    replicas = args.replicas or deployed.replicas or (role.replicas if role else 1) or 1
     streams = [args.stream] if args.stream else [s.name for s in job.stream_streams]
     if not streams:
         print(f"primus executor: job {job.name!r} has no stream of kind stream", file=sys.stderr)

@@ -8,7 +8,7 @@ and never closes the parent's). SQLite: no pool (a connection per transaction, W
 are checked out for one transaction only, pinged before reuse), READ COMMITTED; the writers that
 need more take row locks (``FOR UPDATE [SKIP LOCKED]``), ``ON CONFLICT`` or a table lock.
 Passwords never appear in errors or reprs. A PostgreSQL server that restarts or fails over costs
-the callers of ``retried`` operations a wait (bounded: ``PRIMUS_DB_RETRY_S``, 120 s by default),
+the callers of ``retried`` operations a wait (bounded: ``RETRY_SECONDS``, 120 s, a library default),
 not an error: the whole transaction runs again on a fresh connection. A server never reached by
 this process (a wrong URL, nothing listening) fails at once.
 """
@@ -109,8 +109,11 @@ class DatabaseError(RuntimeError):
         self.transient = transient
 
 
+RETRY_SECONDS = 120.0  # how long an operation waits out a lost database (tests shorten it in-process)
+
+
 def retry_seconds() -> float:
-    return float(os.environ.get("PRIMUS_DB_RETRY_S", "120"))
+    return RETRY_SECONDS
 
 
 def _lost_connection(exc: BaseException) -> bool:
@@ -148,7 +151,7 @@ def retried(operation: Callable[P, R]) -> Callable[P, R]:
             if not _lost_connection(exc):
                 raise
             raise DatabaseError(
-                f"the database stayed unreachable for {bound:.0f}s (PRIMUS_DB_RETRY_S): {_first_line(exc)}"
+                f"the database stayed unreachable for {bound:.0f}s (the retry bound): {_first_line(exc)}"
             ) from None
         raise AssertionError("unreachable: tenacity re-raises the last error")
 

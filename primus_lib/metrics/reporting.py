@@ -8,7 +8,6 @@ each snapshot is one PUT of the Prometheus text (whole or absent, never torn).""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import serve, write_snapshot
+from primus_lib.settings import settings
 from primus_lib.storage import StorageLocation, locate
 
 log = logging.getLogger("primus.metrics")
@@ -105,16 +105,16 @@ class SnapshotWriter:
 
 
 def serve_from_env(registry: CollectorRegistry, offset: int = 0) -> int | None:
-    """Serve ``registry`` on 127.0.0.1:<$PRIMUS_METRICS_PORT + offset> when the variable is set
+    """Serve ``registry`` on 127.0.0.1:<$PRIMUS_METRICS_PORT + offset> when the setting is there
     (ranks on one host pass their local rank as offset); returns the port, None when not served."""
-    raw = os.environ.get(PORT_ENV)
-    if not raw:
-        return None
     try:
-        port = int(raw) + offset
+        base = settings().metrics_port
+        if base is None:
+            return None
+        port = base + offset
         serve(port, registry=registry)
-    except Exception as exc:  # a taken port must not stop training
-        log.warning("metrics: cannot serve on 127.0.0.1:%s+%d (%s=%r): %s", raw, offset, PORT_ENV, raw, exc)
+    except Exception as exc:  # a taken port (or an unreadable setting) must not stop training
+        log.warning("metrics: cannot serve on 127.0.0.1:%s+%d (%s): %s", PORT_ENV, offset, PORT_ENV, exc)
         return None
     log.info("metrics: serving /metrics on 127.0.0.1:%d", port)
     return port

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from primus_lib.paths import JobPaths
 from primus_lib.resources.table import write_json
+from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
 
 if TYPE_CHECKING:
@@ -147,12 +148,12 @@ WILDCARDS = ("0.0.0.0", "::", "[::]")  # a bind-everything address: advertise th
 
 
 def advertised(location: str) -> str:
-    """``location`` with a wildcard host replaced by this host's name ($NM_HOST in a YARN container)."""
+    """``location`` with a wildcard host replaced by this host's name (YARN's $NM_HOST in a container)."""
     scheme, _, rest = location.partition("://")
     host, _, port = rest.rpartition(":")
     if host not in WILDCARDS:
         return location
-    return f"{scheme}://{os.environ.get('NM_HOST') or socket.getfqdn()}:{port}"
+    return f"{scheme}://{settings().nm_host or socket.getfqdn()}:{port}"
 
 
 class SharedStateDiscovery(ExecutorDiscovery):
@@ -233,7 +234,7 @@ def discovery_for(job: PrimusJob, stream: str) -> ExecutorDiscovery:
     """$PRIMUS_STREAM_EXECUTORS when set, else the backend's own way (local: the ports files, or
     the shared state when the storage root is remote; yarn: the shared state; kubernetes: the
     executors' headless Service's Endpoints)."""
-    raw = os.environ.get(ENV_LOCATIONS, "").strip()
+    raw = (settings().stream_executors or "").strip()
     if raw:
         own = _backend_discovery(job, stream)  # where the job's token is
         return StaticDiscovery([part.strip() for part in raw.split(",") if part.strip()], own.token)

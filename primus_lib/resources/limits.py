@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from primus_lib.resources import proctree
+from primus_lib.settings import settings, swap_environ
 
 log = logging.getLogger("primus.resources.limits")
 
@@ -100,7 +101,7 @@ def pin_cores(pid: int, cpu: float, index: int = 0) -> set[int]:
 # -- cgroup v2 ------------------------------------------------------------------------------
 def cgroup_parent() -> tuple[Path | None, str]:
     """(the cgroup under which this process can make children with a memory limit, or None; why)."""
-    return _cgroup_parent(os.environ.get(CGROUP_ENV, ""))
+    return _cgroup_parent(settings().cgroup or "")
 
 
 @functools.lru_cache(maxsize=8)
@@ -350,11 +351,10 @@ def _apply(limits: Limits, name: str) -> Enforcement:
 
     threads = limits.threads
     torch = sys.modules.get("torch")
-    saved = {"cpu": pa.cpu_count(), "io": pa.io_thread_count(), "env": {k: os.environ.get(k) for k in THREAD_ENV},
-             "torch": torch.get_num_threads() if torch is not None else None}  # fmt: skip
+    saved = {"cpu": pa.cpu_count(), "io": pa.io_thread_count(), "torch": torch.get_num_threads() if torch else None}
     pa.set_cpu_count(threads)
     pa.set_io_thread_count(threads)
-    os.environ.update(thread_env(threads))
+    saved["env"] = swap_environ(thread_env(threads))  # for the task's children and lazily started libraries
     if torch is not None:
         torch.set_num_threads(threads)
     parent, note = cgroup_parent()
@@ -391,11 +391,7 @@ def _restore(enforcement: Enforcement) -> None:
         enforcement.cgroup.remove()
     pa.set_cpu_count(saved["cpu"])
     pa.set_io_thread_count(saved["io"])
-    for key, value in saved["env"].items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    swap_environ(saved["env"])
     torch = sys.modules.get("torch")
     if torch is not None and saved["torch"] is not None:
         torch.set_num_threads(saved["torch"])

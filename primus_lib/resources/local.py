@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 
+from primus_lib.credentials import current, mount
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.table import alive, identity, locked, read_json, resources_dir, write_json
+from primus_lib.settings import child_environment
 
 START_TIMEOUT_SECONDS = 15.0
 STOP_TIMEOUT_SECONDS = 20.0
@@ -32,10 +34,11 @@ class LocalBackend(ResourceBackend):
             write_json(self.dir / "job.json", _without_password(self.job))
             write_json(self.dir / "desired.json", {"spec_path": self.spec_path, "stop": False, "roles": {}})
             (self.dir / "table.json").unlink(missing_ok=True)
+            env = child_environment(**self._mount_connections())
             log = open(self.dir / "supervisor.log", "ab")
             try:
                 proc = subprocess.Popen([sys.executable, "-m", "primus_lib.resources.supervisor", str(self.dir)],
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
             finally:
                 log.close()
             write_json(self.dir / "supervisor.json", identity(proc.pid))
@@ -50,6 +53,12 @@ class LocalBackend(ResourceBackend):
         raise ResourceError(
             f"job {self.job.name!r}: local supervisor wrote no process table in {START_TIMEOUT_SECONDS}s"
         )
+
+    def _mount_connections(self) -> dict[str, str]:
+        """The job's connections, as this process resolves them (its secret files, or Airflow's
+        connections in a task), written as the roles' secret files (0600 under a 0700 directory
+        beside the process table): a role on this host reads them as from a mounted Secret."""
+        return mount(current(), self.job.connection_ids(), self.dir / "connections")
 
     def status(self) -> JobStatus:
         table = read_json(self.dir / "table.json")

@@ -24,10 +24,11 @@ from primus_lib.paths import JobPaths
 from primus_lib.resources import limits
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.table import identity, read_json, write_json
+from primus_lib.settings import child_environment
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import is_remote
 
-POLL_SECONDS = float(os.environ.get("PRIMUS_SUPERVISOR_POLL", "0.25"))
+POLL_SECONDS = 0.25
 METRICS_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
 
@@ -165,7 +166,7 @@ class Supervisor:
                 self.launch(role, worker)
 
     def launch(self, role: Role, worker: Worker) -> None:
-        env = dict(os.environ)
+        env = child_environment()
         env.update(limits.thread_env(limits.Limits(role.cpu, role.memory).threads))
         env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role.name, "PRIMUS_REPLICA_INDEX": str(worker.index),
                     "PRIMUS_REPLICAS": str(role.replicas), "PRIMUS_CPU": str(role.cpu),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from primus_lib.spec.airflow import AirflowSpec
 from primus_lib.spec.dataset import DatasetSpec, JoinSpec, KafkaSpec, SourceSpec, StreamSpec
 from primus_lib.spec.errors import Problem, SpecError
 from primus_lib.spec.job import JobSpec, Metadata, PrimusJob
@@ -12,6 +13,7 @@ from primus_lib.spec.timer import TimerSpec
 from primus_lib.spec.training import FeaturesSpec, ModelSpec, SparseFeature, TrainingSpec
 
 __all__ = [
+    "AirflowSpec",
     "ClusterTarget",
     "DatasetSpec",
     "FeaturesSpec",

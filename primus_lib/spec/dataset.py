@@ -15,14 +15,18 @@ FileFormat = Literal["parquet", "csv", "jsonl", "json"]
 
 
 class KafkaSpec(SpecModel):
-    """Where a stream source reads. Credentials come from an Airflow connection, never here."""
+    """Where a stream source reads. Credentials come from a connection (``connection_id``), never here."""
 
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(min_length=1)
     group_id: str | None = Field(None, description="Consumer group; default primus-<job>-<stream>.")
     startup: StartupMode = "group_offsets"
     startup_timestamp: UtcDatetime | None = Field(None, description="Required when startup is 'timestamp'.")
-    connection_id: str | None = Field(None, description="Airflow connection holding extra client settings.")
+    connection_id: str | None = Field(
+        None,
+        description="Connection holding client settings (SASL login, librdkafka config): an Airflow connection "
+        "in Airflow's tasks, $PRIMUS_SECRETS_DIR/<id>.json in a role's process.",
+    )
     options: dict[str, str] = Field(default_factory=dict, description="Extra librdkafka settings.")
 
 
@@ -44,7 +48,11 @@ class SourceSpec(SpecModel):
     columns: dict[str, str] = Field(
         default_factory=dict, description="Renames: sample column -> column in this source."
     )
-    connection_id: str | None = Field(None, description="Airflow connection for the storage's credentials.")
+    connection_id: str | None = Field(
+        None,
+        description="Connection for the storage's credentials (as spec.storage.connection_id); default: "
+        "primus_storage_default when there is one of the URI's kind.",
+    )
 
 
 class JoinSpec(SpecModel):

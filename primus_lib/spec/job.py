@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from primus_lib.spec.airflow import AirflowSpec
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.dataset import DatasetSpec, StreamSpec
 from primus_lib.spec.resources import ResourcesSpec
@@ -94,13 +95,14 @@ class StorageSpec(SpecModel):
         None,
         description="Where the jobs keep committed windows, checkpoints and metric snapshots (the "
         "job's name is appended): a local path, s3://BUCKET/PREFIX (endpoint and credentials from "
-        "AWS_* variables) or webhdfs://NAMENODE:HTTP_PORT/PATH; default $PRIMUS_HOME/jobs, or "
+        "connection_id) or webhdfs://NAMENODE:HTTP_PORT/PATH; default $PRIMUS_HOME/jobs, or "
         ".primus/jobs. With a remote root the rest of the job's state stays under $PRIMUS_HOME/jobs.",
     )
     connection_id: str | None = Field(
         None,
-        description="Airflow connection (aws/s3 or webhdfs) for a remote root's endpoint and credentials; "
-        "the Airflow tasks turn it into the AWS_* / PRIMUS_WEBHDFS_URL variables. Default: the environment.",
+        description="Connection (aws/s3 or webhdfs) holding a remote root's endpoint and credentials: an Airflow "
+        "connection in Airflow's tasks, the secret file $PRIMUS_SECRETS_DIR/<id>.json in a role's process. "
+        "Default: the connection primus_storage_default when there is one, else the SDK's defaults.",
     )
     database: DatabaseUrl = Field(
         None,
@@ -108,6 +110,11 @@ class StorageSpec(SpecModel):
         "queue (postgresql+psycopg2://USER:${PASSWORD_VAR}@HOST:5432/DB); shared by every role. "
         "Default: SQLite, ledger.sqlite under the job's storage root (one machine only).",
         json_schema_extra={"pattern": r"^(postgresql|postgresql\+psycopg2)://|^\s*$"},
+    )
+    database_connection_id: str | None = Field(
+        None,
+        description="Connection (postgres) whose login and password complete the database URL, resolved as "
+        "connection_id is (instead of a ${PASSWORD_VAR} in the URL).",
     )
 
     def __repr_args__(self) -> Iterator[tuple[str | None, object]]:  # no password in reprs (logs)
@@ -124,6 +131,7 @@ class JobSpec(SpecModel):
     resources: ResourcesSpec
     scaling: ScalingSpec = ScalingSpec()
     storage: StorageSpec = StorageSpec()
+    airflow: AirflowSpec = AirflowSpec()
 
 
 class PrimusJob(SpecModel):
@@ -141,6 +149,23 @@ class PrimusJob(SpecModel):
             if stream.name == name:
                 return stream
         raise KeyError(f"no stream named {name!r} in job {self.name!r}")
+
+    def connection_ids(self) -> dict[str, str]:
+        """Every connection the spec names -> the field that names it first."""
+        named = {}
+        storage = self.spec.storage
+        for conn_id, where in [(storage.connection_id, "spec.storage.connection_id"),
+                               (storage.database_connection_id, "spec.storage.database_connection_id")]:  # fmt: skip
+            if conn_id:
+                named.setdefault(conn_id, where)
+        for stream in self.spec.dataset.streams:
+            for source in stream.sources:
+                base = f"spec.dataset.streams[{stream.name}].sources[{source.name}]"
+                if source.connection_id:
+                    named.setdefault(source.connection_id, f"{base}.connection_id")
+                if source.kafka is not None and source.kafka.connection_id:
+                    named.setdefault(source.kafka.connection_id, f"{base}.kafka.connection_id")
+        return named
 
     @property
     def batch_streams(self) -> list[StreamSpec]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from primus_lib.settings import spec_environment
 from primus_lib.spec.checks import check_job
 from primus_lib.spec.errors import Problem, SpecError, field_path, problems_from_validation
 from primus_lib.spec.job import PrimusJob
@@ -73,7 +73,7 @@ def job_from_document(
     unset: list[Problem] = []
     budget = [MAX_VALUES]
     try:
-        expanded = _expand(document, (), os.environ if env is None else env, unset, budget)
+        expanded = _expand(document, (), spec_environment() if env is None else env, unset, budget)
     except _TooLarge:
         raise SpecError(
             source, [Problem("(document)", f"at most {MAX_VALUES} values (YAML aliases are expanded)", "more")]

@@ -44,6 +44,14 @@ class ClusterTarget(SpecModel):
     namespace: str = "default"
     resource_manager: str | None = Field(None, description="YARN ResourceManager URL (yarn).")
     queue: str = "default"
+    user: str | None = Field(
+        None, description="YARN user (user.name of the REST calls; pseudo authentication). Default: the OS user."
+    )
+    python: str | None = Field(
+        None,
+        description="Python interpreter on the YARN nodes that runs the AM and the roles (the same environment "
+        "at the same path). Default: the submitting process's interpreter.",
+    )
 
 
 class ResourcesSpec(SpecModel):

@@ -59,6 +59,7 @@ def _paths(job: PrimusJob) -> Iterator[Problem]:
                 yield from _connection(kafka.connection_id, f"{base}.kafka.connection_id")
             yield from _connection(source.connection_id, f"{base}.connection_id")
     yield from _connection(job.spec.storage.connection_id, "spec.storage.connection_id")
+    yield from _connection(job.spec.storage.database_connection_id, "spec.storage.database_connection_id")
 
 
 def _path_like(value: str, path: str, what: str) -> Iterator[Problem]:

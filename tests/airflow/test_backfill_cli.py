@@ -63,29 +63,35 @@ def test_a_password_in_argv_is_refused_with_the_ways_to_pass_it(tmp_path, monkey
         assert refused.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("primus backfill: --password is refused"), err
-        assert "--password-file" in err[0] and "$PRIMUS_AIRFLOW_PASSWORD" in err[0] and "hunter2" not in err[0]
+        assert "--password-file" in err[0] and "$PRIMUS_SECRETS_DIR" in err[0] and "hunter2" not in err[0]
 
 
-def _credentials(argv: list[str], environ: dict[str, str]):
+def _credentials(argv: list[str], connections: dict[str, dict], secrets):
     from primus_lib.cli.backfill import credentials
     from primus_lib.cli.main import build_parser
+    from primus_lib.credentials import Resolver, SecretFiles
 
+    secrets.mkdir(exist_ok=True)
+    for path in secrets.iterdir():
+        path.unlink()
+    for conn_id, body in connections.items():
+        (secrets / f"{conn_id}.json").write_text(body if isinstance(body, str) else json.dumps(body))
     args = build_parser().parse_args(["backfill", "s.yaml", "--from", "a", "--to", "b", *argv])
-    return credentials(args, environ)
+    return credentials(args, Resolver(SecretFiles(secrets)))
 
 
-def test_the_password_comes_from_the_file_then_the_environment_then_the_airflow_connection(tmp_path):
+def test_the_password_comes_from_the_file_then_the_mounted_connection(tmp_path, monkeypatch):
     secret = tmp_path / "airflow-password"
     secret.write_text("from-file\n")
-    json_conn = {"AIRFLOW_CONN_PRIMUS_AIRFLOW_API": json.dumps({"conn_type": "http", "login": "ops", "password": "c"})}
-    uri_conn = {"AIRFLOW_CONN_OTHER": "http://bob:p%40ss@127.0.0.1:8080"}
-    env = {"PRIMUS_AIRFLOW_PASSWORD": "from-env", **json_conn}
-    assert _credentials(["--password-file", str(secret)], env) == ("ops", "from-file")
-    assert _credentials([], env) == ("ops", "from-env")
-    assert _credentials([], json_conn) == ("ops", "c")
-    assert _credentials(["--conn-id", "other", "--user", "amy"], uri_conn) == ("amy", "p@ss")
-    assert _credentials([], {"PRIMUS_AIRFLOW_USER": "u"}) == ("u", None)  # no password: no token asked for
-    assert _credentials([], {}) == ("admin", None)
+    secrets = tmp_path / "secrets"
+    api = {"primus_airflow_api": {"conn_type": "http", "login": "ops", "password": "c"}}
+    other = {"other": {"conn_type": "http", "host": "127.0.0.1", "login": "bob", "password": "p@ss"}}
+    monkeypatch.setenv("PRIMUS_AIRFLOW_PASSWORD", "from-env")  # no longer read: a secret is a file
+    monkeypatch.setenv("PRIMUS_AIRFLOW_USER", "env-user")
+    assert _credentials(["--password-file", str(secret)], api, secrets) == ("ops", "from-file")
+    assert _credentials([], api, secrets) == ("ops", "c")
+    assert _credentials(["--conn-id", "other", "--user", "amy"], other, secrets) == ("amy", "p@ss")
+    assert _credentials([], {}, secrets) == ("admin", None)  # no password: no token asked for
 
 
 def test_an_unusable_password_file_or_connection_is_one_line_naming_it(tmp_path):
@@ -95,8 +101,9 @@ def test_an_unusable_password_file_or_connection_is_one_line_naming_it(tmp_path)
         ("--password-file", str(tmp_path / "missing")): "missing: cannot read it: No such file or directory",
         ("--password-file", str(empty)): "empty: its first line is empty",
     }
+    secrets = tmp_path / "secrets"
     for argv, expected in cases.items():
         with pytest.raises(ValueError, match=expected):
-            _credentials(list(argv), {})
-    with pytest.raises(ValueError, match=r"\$AIRFLOW_CONN_PRIMUS_AIRFLOW_API: not a JSON connection"):
-        _credentials([], {"AIRFLOW_CONN_PRIMUS_AIRFLOW_API": '{"password": "x"'})
+            _credentials(list(argv), {}, secrets)
+    with pytest.raises(ValueError, match=r"primus_airflow_api.json: expected a JSON connection object, not valid"):
+        _credentials([], {"primus_airflow_api": '{"password": "x"'}, secrets)

@@ -4,13 +4,7 @@ import json
 import os
 
 import pytest
-from primus_operators.hooks import (
-    PrimusKafkaHook,
-    PrimusKubernetesHook,
-    PrimusStorageHook,
-    connection_env,
-    job_connection_env,
-)
+from primus_operators.hooks import PrimusKafkaHook, PrimusKubernetesHook, PrimusStorageHook, airflow_resolver
 
 from tests.fixtures.airflow import JOB_SPEC
 
@@ -33,23 +27,18 @@ def _conn(monkeypatch, conn_id: str, body: dict) -> None:
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(body))
 
 
-def test_storage_hook_maps_an_s3_connection_to_the_data_planes_env(monkeypatch):
+def test_storage_hook_maps_an_s3_connection_to_typed_credentials(monkeypatch):
+    from primus_lib.credentials import S3Credentials, WebHdfsCredentials
+
     _conn(monkeypatch, "logs_s3", S3)
-    assert PrimusStorageHook("logs_s3").env() == {
-        "AWS_ACCESS_KEY_ID": "AKIA-TEST",
-        "AWS_SECRET_ACCESS_KEY": "secret-key",
-        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000",
-        "AWS_DEFAULT_REGION": "eu-west-1",
-    }
-    _conn(
-        monkeypatch,
-        "hdfs_main",
-        {"conn_type": "webhdfs", "login": "etl", "extra": {"kerberos_ticket_cache": "/tmp/krb5cc"}},
+    assert PrimusStorageHook("logs_s3").credentials() == S3Credentials(
+        "AKIA-TEST", "secret-key", "http://127.0.0.1:9000", "eu-west-1"
     )
-    assert PrimusStorageHook("hdfs_main").env() == {"HADOOP_USER_NAME": "etl", "KRB5CCNAME": "/tmp/krb5cc"}
+    _conn(monkeypatch, "hdfs_main", {"conn_type": "webhdfs", "login": "etl"})
+    assert PrimusStorageHook("hdfs_main").credentials() == WebHdfsCredentials("etl", None)
     _conn(monkeypatch, "pg", {"conn_type": "postgres"})
-    with pytest.raises(ValueError, match="connection type 'postgres'"):
-        PrimusStorageHook("pg").env()
+    with pytest.raises(ValueError, match="type 'postgres', expected one of"):
+        PrimusStorageHook("pg").credentials()
 
 
 def test_kafka_and_kubernetes_hooks_read_their_connections(monkeypatch):
@@ -72,11 +61,7 @@ def test_kafka_and_kubernetes_hooks_read_their_connections(monkeypatch):
     )
     hook = PrimusKubernetesHook("k8s")
     assert hook.settings()["namespace"] == "ml" and hook.settings()["in_cluster"] is False
-    assert hook.env() == {
-        "KUBECONFIG": "/etc/kube/config",
-        "PRIMUS_KUBE_CONTEXT": "prod",
-        "PRIMUS_KUBE_NAMESPACE": "ml",
-    }
+    assert hook.settings()["kubeconfig"] == "/etc/kube/config" and hook.settings()["context"] == "prod"
 
 
 def _job(text: str):
@@ -85,32 +70,43 @@ def _job(text: str):
     return parse_job(text, "job.yaml", env={"PRIMUS_DATA": "/data"})
 
 
-def test_the_spec_only_names_connections_and_the_operators_apply_them_for_the_block(monkeypatch):
+def test_the_spec_only_names_connections_and_a_task_resolves_them_without_the_environment(monkeypatch, tmp_path):
+    """The operators install airflow_resolver() around their work: the engine's factories get each
+    source's own credentials (two accounts in one process), and os.environ is never written."""
+    from primus_lib.credentials import S3Credentials, current, using
+    from primus_lib.data.dtgg.ops import DataSourceOp
+    from primus_lib.paths import JobPaths
+
     _conn(monkeypatch, "logs_s3", S3)
+    _conn(monkeypatch, "other_s3", {**S3, "login": "AKIA-OTHER"})
     spec = JOB_SPEC.format(name="conn", start="2026-11-01T00:00:00Z", end="2026-11-01T02:00:00Z")
-    spec = spec.replace(
-        "format: parquet, success_marker: _SUCCESS}",
-        "format: parquet, success_marker: _SUCCESS, connection_id: logs_s3}",
-        1,
-    )
+    spec = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: logs_s3}", 1)
+    spec = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: other_s3}", 1)
+    spec = spec.replace("file://${PRIMUS_DATA}", "s3://bucket")
+    spec = spec.replace("  resources:", "  storage: {root: s3://state, connection_id: logs_s3}\n  resources:", 1)
     job = _job(spec)
     assert "secret-key" not in spec
-    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
-    with connection_env(job) as env:
-        assert os.environ["AWS_ACCESS_KEY_ID"] == "AKIA-TEST" and env["AWS_DEFAULT_REGION"] == "eu-west-1"
-    assert "AWS_ACCESS_KEY_ID" not in os.environ
-    # Two sources naming different S3 accounts cannot share one process environment: say so.
-    _conn(monkeypatch, "other_s3", {**S3, "login": "AKIA-OTHER"})
-    both = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: other_s3}", 1)
-    with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID differently"):
-        job_connection_env(_job(both))
+    before = dict(os.environ)
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path))
+    with using(airflow_resolver()):
+        stream = job.stream("history")
+        keys = [current().storage(s.connection_id) for s in stream.sources]
+        assert [k.access_key_id for k in keys] == ["AKIA-TEST", "AKIA-OTHER"]
+        assert isinstance(keys[0], S3Credentials) and "secret-key" not in repr(keys[0])
+        op = DataSourceOp(job, stream, stream.sources[1])  # resolved in the op: the other account
+        assert op.location.fs.region == "eu-west-1"
+        assert JobPaths.for_job(job).shared is not None
+    monkeypatch.delenv("PRIMUS_HOME")
+    assert dict(os.environ) == before  # nothing written to the process environment
+    with pytest.raises(ValueError, match=r"spec.storage.connection_id 'logs_s3': not found \(no secrets directory"):
+        JobPaths.for_job(job).progress.read_bytes()  # outside Airflow a connection is a secret file: none here
 
 
 def test_storage_hook_gives_the_connection_as_typed_credentials_without_touching_the_environment(monkeypatch):
-    """What a trigger hands to primus_lib.filesystems.resolve: the same values as the env form."""
+    """What a trigger hands to primus_lib.filesystems.resolve."""
     import asyncio
 
-    from primus_lib.filesystems import S3Credentials, WebHdfsCredentials, credentials_env
+    from primus_lib.filesystems import S3Credentials, WebHdfsCredentials
 
     _conn(monkeypatch, "logs_s3", S3)
     webhdfs = {"conn_type": "webhdfs", "host": "nn1", "port": 9871, "login": "etl", "extra": {"use_ssl": "true"}}
@@ -118,7 +114,7 @@ def test_storage_hook_gives_the_connection_as_typed_credentials_without_touching
     before = dict(os.environ)
     s3 = asyncio.run(PrimusStorageHook("logs_s3").acredentials())
     assert s3 == S3Credentials("AKIA-TEST", "secret-key", "http://127.0.0.1:9000", "eu-west-1")
-    assert credentials_env(s3) == PrimusStorageHook("logs_s3").env()
+    assert s3 == PrimusStorageHook("logs_s3").credentials()
     assert "secret-key" not in repr(s3)
     assert asyncio.run(PrimusStorageHook("nn").acredentials()) == WebHdfsCredentials("etl", "https://nn1:9871")
     assert dict(os.environ) == before

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from primus_operators.hooks import PrimusStorageHook, connection_env
+from primus_operators.hooks import PrimusStorageHook, airflow_resolver
 
+from primus_lib.credentials import WebHdfsCredentials
 from tests.fixtures.airflow import JOB_SPEC, make_job
 
 
@@ -54,10 +55,7 @@ def test_the_operators_read_hdfs_through_the_spec_connection(hdfs_cluster, tmp_p
     assert status["owner"] == "etl"  # written as the connection's user
 
     spec_path = _spec(tmp_path, base, "hdfs_logs")
-    assert PrimusStorageHook("hdfs_logs").env() == {
-        "HADOOP_USER_NAME": "etl",
-        "PRIMUS_WEBHDFS_URL": hdfs_cluster.webhdfs_url,
-    }
+    assert PrimusStorageHook("hdfs_logs").credentials() == WebHdfsCredentials("etl", hdfs_cluster.webhdfs_url)
     context = {"data_interval_start": datetime(2026, 11, 1, tzinfo=UTC), "params": {}}
     outputs = []
     for source in ("impressions", "clicks"):
@@ -73,32 +71,32 @@ def test_the_operators_read_hdfs_through_the_spec_connection(hdfs_cluster, tmp_p
     expected = sum(pq.read_metadata(f).num_rows for f in (local.data / "impressions/20261101/00").glob("*.parquet"))
     assert manifest["rows"] == expected > 0 and manifest["window"] == "20261101T000000Z"
     assert len(outputs) >= 2
-    assert "PRIMUS_WEBHDFS_URL" not in os.environ  # the connection was applied only around the calls
+    assert "PRIMUS_WEBHDFS_URL" not in os.environ  # never written: the connection reached the factories typed
 
+    from primus_lib.credentials import current, using
     from primus_lib.filesystems import resolve
 
-    with connection_env(load_job(spec_path)):  # the NameNode saw the connection's user
-        assert resolve(f"webhdfs://{base}").fs.handler.fs.home_directory() == "/user/etl"
+    job = load_job(spec_path)
+    with using(airflow_resolver()):  # the NameNode saw the connection's user
+        credentials = current().storage(job.stream("history").sources[0].connection_id)
+        assert resolve(f"webhdfs://{base}", credentials).fs.handler.fs.home_directory() == "/user/etl"
 
 
 def test_an_ha_namenode_list_narrows_to_the_namenode_that_answers(hdfs_cluster, monkeypatch):
     # 127.0.0.2 is loopback too but nothing listens there on this port: a NameNode that is down.
     _conn(monkeypatch, "hdfs_ha", hdfs_cluster, host=f"127.0.0.2,{hdfs_cluster.host}")
-    assert PrimusStorageHook("hdfs_ha").env()["PRIMUS_WEBHDFS_URL"] == hdfs_cluster.webhdfs_url
+    assert PrimusStorageHook("hdfs_ha").credentials().namenode_url == hdfs_cluster.webhdfs_url
     _conn(monkeypatch, "hdfs_down", hdfs_cluster, host="127.0.0.2,127.0.0.3")
     with pytest.raises(Exception, match="valid server"):
-        PrimusStorageHook("hdfs_down").env()
+        PrimusStorageHook("hdfs_down").credentials()
 
 
-def test_webhdfs_connection_fields_map_to_the_data_planes_env(monkeypatch):
+def test_webhdfs_connection_fields_map_to_typed_credentials(monkeypatch):
     monkeypatch.setenv(
         "AIRFLOW_CONN_HDFS_TLS",
         json.dumps({"conn_type": "webhdfs", "host": "nn.example", "login": "svc", "extra": {"use_ssl": "True"}}),
     )
-    assert PrimusStorageHook("hdfs_tls").env() == {
-        "HADOOP_USER_NAME": "svc",
-        "PRIMUS_WEBHDFS_URL": "https://nn.example:9870",
-    }
+    assert PrimusStorageHook("hdfs_tls").credentials() == WebHdfsCredentials("svc", "https://nn.example:9870")
     # A plain ``hdfs`` connection names an RPC NameNode (libhdfs reads it from HADOOP_CONF_DIR).
     monkeypatch.setenv("AIRFLOW_CONN_HDFS_RPC", json.dumps({"conn_type": "hdfs", "host": "nn", "port": 8020}))
-    assert PrimusStorageHook("hdfs_rpc").env() == {}
+    assert PrimusStorageHook("hdfs_rpc").credentials() == WebHdfsCredentials(None, None)

@@ -58,7 +58,7 @@ def test_source_data_tasks_and_join_read_s3_through_the_spec_connection(s3_serve
     manifest = PrimusJoinerOperator(task_id="join", spec_path=str(spec_path), stream="history").execute(context)
     assert manifest["rows"] > 0 and manifest["window"] == "20261101T000000Z"
     assert len(outputs) >= 2
-    assert "AWS_ACCESS_KEY_ID" not in os.environ  # the connection was applied only around the calls
+    assert "AWS_ACCESS_KEY_ID" not in os.environ  # never written: the connection reached the factories typed
 
 
 @pytest.mark.integration
@@ -125,7 +125,7 @@ def test_job_state_on_s3_through_the_storage_connection_keeps_the_secret_out_of_
     assert any("/part-" in name for name in names)
 
     secret = s3_server.secret_key
-    assert "AWS_SECRET_ACCESS_KEY" not in os.environ  # applied only around the calls
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ  # never written to the environment
     assert secret not in json.dumps(xcoms, default=str)
     captured = capsys.readouterr()
     assert caplog.records and secret not in caplog.text and secret not in captured.out + captured.err

@@ -174,22 +174,21 @@ def _wait(core, name: str, check, timeout: float = 60.0):
         time.sleep(0.5)
 
 
-def test_the_store_is_read_with_the_storage_connection(kube_job, policy_plugin, tmp_path, monkeypatch, caplog):
+def test_the_store_is_read_with_the_storage_connection(kube_job, s3_env, policy_plugin, tmp_path, monkeypatch, caplog):
     """spec.storage.connection_id: the scheduler has no AWS_* variables, only the Airflow connection
     (AIRFLOW_CONN_*); the DAG processor cannot read the state (the spec's size), the hook can."""
-    from primus_operators.hooks.env import applied_env
     from primus_operators.policies import CONNECTION_ANNOTATION
 
-    keys = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}  # from the s3_env fixture
-    assert keys["AWS_SECRET_ACCESS_KEY"]
+    from primus_lib.credentials import Connection, Resolver, using
+
+    conn = s3_env.connection()  # the s3_env fixture's store
+    secret = conn["password"]
     kube_job.write_text(kube_job.read_text().replace("storage: {root:", "storage: {connection_id: state_s3, root:"))
-    for name in keys:
-        monkeypatch.delenv(name)
-    conn = {"conn_type": "aws", "login": keys["AWS_ACCESS_KEY_ID"], "password": keys["AWS_SECRET_ACCESS_KEY"],
-            "extra": {"endpoint_url": keys["AWS_ENDPOINT_URL"], "region_name": "us-east-1"}}  # fmt: skip
+    monkeypatch.delenv("PRIMUS_SECRETS_DIR")  # the scheduler has no secret files, only the Airflow connection
     monkeypatch.setenv("AIRFLOW_CONN_STATE_S3", json.dumps(conn))
     job = load_job(kube_job, env={"PRIMUS_DATA": str(tmp_path / "data")})
-    with applied_env(keys):  # the scaler's decision, recorded before the parse
+    scaler = Resolver(type("One", (), {"connection": lambda self, c: Connection(c, **conn)})())
+    with using(scaler):  # the scaler's decision, recorded before the parse
         record_allocation(allocations_dir(job), "data_executor", 3.0, 6 * GiB)
     caplog.set_level(logging.DEBUG)
 
@@ -197,11 +196,11 @@ def test_the_store_is_read_with_the_storage_connection(kube_job, policy_plugin, 
     assert override.metadata.annotations[CONNECTION_ANNOTATION] == "state_s3"
     assert override.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}  # no credentials here
     assert _base(_worker_pod(override, map_index=0)).requests == {"cpu": "3", "memory": "6Gi"}
-    assert "AWS_SECRET_ACCESS_KEY" not in os.environ  # applied only around the read
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ  # nothing written to the environment
 
     monkeypatch.delenv("AIRFLOW_CONN_STATE_S3")  # a connection the scheduler lacks: the parse-time size
     assert _base(_worker_pod(override, map_index=1)).requests == {"cpu": "1", "memory": "1Gi"}
-    assert "keeps its parse-time resources" in caplog.text and keys["AWS_SECRET_ACCESS_KEY"] not in caplog.text
+    assert "keeps its parse-time resources" in caplog.text and secret not in caplog.text
 
 
 def test_every_airflow_process_loads_the_policy_and_what_dag_files_need(tmp_path):

@@ -69,7 +69,6 @@ def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_pa
 
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_SUPERVISOR_POLL", "0.1")
     job = make_resource_job(
         {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
     )

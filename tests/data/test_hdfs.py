@@ -16,8 +16,9 @@ import pytest
 from primus_lib.data.dtgg import PartitionNotReady, Planner, source_ready
 from primus_lib.data.executor import run_window
 from primus_lib.data.sources.files import read_raw
-from primus_lib.filesystems import WEBHDFS_URL_ENV, resolve
+from primus_lib.filesystems import resolve
 from tests.data.helpers import T0, clicks, impressions, job_doc, make_job, write_layout
+from tests.fixtures import connections
 
 
 def _upload(hdfs_cluster, tmp_path: Path, **layout) -> tuple[Path, str, str]:
@@ -95,17 +96,20 @@ def test_parquet_byte_range_splits_read_every_row_group_once(hdfs_cluster, tmp_p
     assert run_window(job, "history", T0).manifest.rows == 3000
 
 
-def test_the_namenode_and_user_can_come_from_the_environment(hdfs_cluster, tmp_path, monkeypatch):
+def test_the_namenode_and_user_come_from_the_default_connection_not_the_environment(
+    hdfs_cluster, tmp_path, monkeypatch
+):
     _, uri, base = _upload(hdfs_cluster, tmp_path, hours=1, rows=30, files=1)
-    monkeypatch.setenv(WEBHDFS_URL_ENV, hdfs_cluster.webhdfs_url)
-    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    monkeypatch.setenv("PRIMUS_WEBHDFS_URL", "http://127.0.0.1:1")  # no longer read
+    monkeypatch.setenv("HADOOP_USER_NAME", "env-user")
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", "etl", hdfs_cluster.webhdfs_url)
     job = make_job(job_doc(f"webhdfs://{base}", hours=1), tmp_path / "envjob")  # webhdfs:///t-.../data
     (plan,) = Planner(job, "history", ledger=False).plan()
     assert plan.tasks[0].uri == f"{uri}/impressions/20261101/00/part-000.parquet"  # tasks name the NameNode
     location = resolve(f"webhdfs://{base}")
     # The NameNode answers for the user the client sent (GETHOMEDIRECTORY), a real round trip.
     assert location.fs.handler.fs.home_directory() == "/user/etl"
-    monkeypatch.setenv("HADOOP_USER_NAME", "other")
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", "other", hdfs_cluster.webhdfs_url)
     assert resolve(f"webhdfs://{base}").fs.handler.fs.home_directory() == "/user/other"
     assert run_window(job, "history", T0).manifest.rows == 30
 

@@ -187,20 +187,30 @@ def test_lag_is_the_high_watermark_minus_the_position(kafka_broker, tmp_path):
         reader.close()
 
 
-def test_connection_settings_from_airflow_reach_the_consumer(kafka_broker, tmp_path, monkeypatch):
-    """The Airflow hooks export a Kafka connection as PRIMUS_KAFKA_CONFIG_<STREAM>_<SOURCE>;
-    here the spec names a dead address and only the connection's bootstrap list is right."""
-    from primus_lib.data.sources.kafka import client_config, connection_env_key
+def test_connection_settings_from_a_mounted_secret_reach_the_consumer(kafka_broker, tmp_path, monkeypatch):
+    """A role process resolves ``kafka.connection_id`` from $PRIMUS_SECRETS_DIR/<id>.json (what the
+    Airflow connection holds); here the spec names a dead address and only the connection's
+    bootstrap list is right."""
+    from primus_lib.data.sources.kafka import client_config
 
     topic = kafka_broker.new_topic(partitions=1)
     events = _events(5)
     kafka_broker.produce(topic, _values(events), partition=0)
-    job = _job(tmp_path, kafka_broker, topic, startup="earliest", bootstrap_servers="127.0.0.1:1")
+    job = _job(
+        tmp_path, kafka_broker, topic, startup="earliest", bootstrap_servers="127.0.0.1:1", connection_id="events"
+    )
     stream = job.stream("realtime")
     source = stream.sources[0]
-    key = connection_env_key(stream, source)
-    assert key == "PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS"
-    monkeypatch.setenv(key, json.dumps({"bootstrap.servers": kafka_broker.bootstrap, "client.id": "from-conn"}))
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    conn = {
+        "conn_type": "primus_kafka",
+        "host": kafka_broker.bootstrap,
+        "extra": {"config": {"client.id": "from-conn"}},
+    }
+    (secrets / "events.json").write_text(json.dumps(conn))
+    monkeypatch.setenv("PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS", json.dumps({"client.id": "from-env"}))  # never read
+    monkeypatch.setenv("PRIMUS_SECRETS_DIR", str(secrets))
     assert client_config(stream, source)["client.id"] == "from-conn"
     readers = open_partitions(job, stream, source)
     try:
@@ -209,8 +219,11 @@ def test_connection_settings_from_airflow_reach_the_consumer(kafka_broker, tmp_p
     finally:
         for reader in readers.values():
             reader.close()
-    monkeypatch.setenv(key, "not json")
-    with pytest.raises(ValueError, match="PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS: expected a JSON object"):
+    (secrets / "events.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"events.json: expected a JSON connection object, not valid JSON"):
+        client_config(stream, source)
+    (secrets / "events.json").unlink()
+    with pytest.raises(ValueError, match=r"sources\[events\].kafka.connection_id 'events': not found"):
         client_config(stream, source)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from primus_lib.data import db
 from primus_lib.data.db import DatabaseError, dispose
 from primus_lib.data.ledger import SUCCEEDED, TaskLedger
 from primus_lib.data.task import DataTask
@@ -264,7 +265,7 @@ def test_a_job_with_a_database_keeps_its_ledger_and_queue_there(postgres_server,
 
 
 def test_an_unreachable_database_is_named_without_its_password(monkeypatch):
-    monkeypatch.setenv("PRIMUS_DB_RETRY_S", "1")  # a refused connection is waited for (a restarting server)
+    monkeypatch.setattr(db, "RETRY_SECONDS", 1.0)  # a refused connection is waited for (a restarting server)
     url = f"postgresql+psycopg2://primus:s3cret-pw@127.0.0.1:{free_port()}/jobs"
     with pytest.raises(DatabaseError) as caught:
         TaskLedger(url)

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from primus_lib import storage
 from primus_lib.data.executor import run_window
 from primus_lib.data.shards import MANIFEST, iter_window, read_manifest, read_window, sweep_orphans, write_window
 from primus_lib.metrics.reporting import SnapshotWriter, prune_stale
@@ -26,6 +27,7 @@ from primus_lib.spec.loader import job_from_document
 from primus_lib.storage import StorageLocation, locate
 from primus_lib.train.checkpoint import COMMIT, load_latest, save_checkpoint
 from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.fixtures import connections
 
 pytestmark = pytest.mark.integration
 
@@ -162,8 +164,8 @@ def test_metric_snapshots_land_on_s3(s3_env, bucket):
     assert prune_stale(directory, max_age=-1) == 1 and not (directory / "trainer-0.prom").exists()
 
 
-def test_window_and_checkpoint_commit_on_hdfs(hdfs_cluster, monkeypatch):
-    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+def test_window_and_checkpoint_commit_on_hdfs(hdfs_cluster, monkeypatch, tmp_path):
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", hdfs_cluster.user)
     base = hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}")
     directory = locate(f"{base}/windows/history/w")
     manifest = write_window(directory, _table(), stream="history", window="w", seed=1, rows_per_shard=100)
@@ -175,11 +177,11 @@ def test_window_and_checkpoint_commit_on_hdfs(hdfs_cluster, monkeypatch):
     assert ckpt.step == 5 and ckpt.pending["history"].equals(_table(4))
 
 
-def test_a_file_replaced_while_it_is_read_on_hdfs_reads_as_one_whole_version(hdfs_cluster, monkeypatch):
+def test_a_file_replaced_while_it_is_read_on_hdfs_reads_as_one_whole_version(hdfs_cluster, monkeypatch, tmp_path):
     """The executors' registry entries are replaced every heartbeat while trainers read them: a read
     returns one version whole, never a miss (the rename overwrites in one step) nor a torn or failed
     read (the WebHDFS client sizes its reads when it opens the file)."""
-    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", hdfs_cluster.user)
     target = locate(hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/executors/realtime/1.json"))
     versions = [b"x" * size for size in (236, 238, 1500)]
     target.put_atomic(versions[0])
@@ -206,12 +208,12 @@ def test_a_file_replaced_while_it_is_read_on_hdfs_reads_as_one_whole_version(hdf
     assert [entry.name for entry in target.parent.list()] == ["1.json"]  # no temp file left behind
 
 
-def test_a_beating_executor_never_drops_out_of_the_registry_on_hdfs(hdfs_cluster, monkeypatch):
+def test_a_beating_executor_never_drops_out_of_the_registry_on_hdfs(hdfs_cluster, monkeypatch, tmp_path):
     """Each heartbeat replaces the entry: a trainer polling meanwhile must always see the executor
     (a missing entry reads as a dead executor)."""
     from primus_lib.resources.discovery import SharedStateDiscovery
 
-    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", hdfs_cluster.user)
     directory = hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/executors/realtime")
     executor = SharedStateDiscovery(directory, heartbeat=0.3, stale=30)
     executor.register(1, "grpc://10.0.0.7:5000", {})
@@ -224,11 +226,11 @@ def test_a_beating_executor_never_drops_out_of_the_registry_on_hdfs(hdfs_cluster
     assert trainer.locations() == {}
 
 
-def test_a_rename_whose_answer_was_lost_is_not_reported_failed_on_hdfs(hdfs_cluster, monkeypatch):
+def test_a_rename_whose_answer_was_lost_is_not_reported_failed_on_hdfs(hdfs_cluster, monkeypatch, tmp_path):
     """The NameNode renamed, then the connection dropped before the answer: the retry finds no temp
     file, and the entry it published must count as published, not as an error."""
-    monkeypatch.setenv("HADOOP_USER_NAME", hdfs_cluster.user)
-    monkeypatch.setenv("PRIMUS_STORAGE_RETRY_S", "30")
+    connections.webhdfs_user(monkeypatch, tmp_path / "secrets", hdfs_cluster.user)
+    monkeypatch.setattr(storage, "RETRY_SECONDS", 30.0)
     target = locate(hdfs_cluster.uri(f"/primus-{uuid.uuid4().hex[:8]}/checkpoints/LATEST"))
     target.put_atomic(b"step-1")
     client = target.fs.handler.fs

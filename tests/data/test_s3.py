@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -47,24 +50,30 @@ def test_s3_missing_marker_and_bad_credentials(s3_layout, tmp_path, monkeypatch)
     assert not ready and f"{uri}/clicks/20261101/02/" in missing
     with pytest.raises(PartitionNotReady, match="clicks/20261101/02/ incomplete or late"):
         list(Planner(job, "history", ledger=False).plan())
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    secret = Path(os.environ["PRIMUS_SECRETS_DIR"]) / "primus_storage_default.json"
+    secret.write_text(json.dumps({**json.loads(secret.read_text()), "password": "wrong"}))  # the mounted secret
     with pytest.raises(OSError):
         list(Planner(job, "history", ledger=False).plan())
 
 
-def test_credentials_given_to_the_factory_are_used_instead_of_the_environment(s3_env, s3_layout, tmp_path, monkeypatch):
+def test_credentials_given_to_the_factory_are_used_instead_of_the_default_connection(
+    s3_env, s3_layout, tmp_path, monkeypatch
+):
     """A caller that resolved the source's connection (the Airflow triggerer) passes credentials;
-    the environment (here: wrong keys and a dead endpoint) is then not read at all."""
+    neither the environment's AWS_* variables nor the default connection (here: wrong keys and a
+    dead endpoint) is then read."""
     from primus_lib.filesystems import S3Credentials, WebHdfsCredentials, resolve
 
     _, uri, fs, bucket = s3_layout
     server = S3Credentials(s3_env.access_key, s3_env.secret_key, s3_env.url, "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    dead = {"conn_type": "aws", "login": "wrong", "password": "wrong", "extra": {"endpoint_url": "http://127.0.0.1:9"}}
+    (Path(os.environ["PRIMUS_SECRETS_DIR"]) / "primus_storage_default.json").write_text(json.dumps(dead))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_env.access_key)  # never read by primus_lib
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_env.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.url)
     selector = pafs.FileSelector(f"{bucket}/data/clicks/20261101/02")
     with pytest.raises(OSError):
-        resolve(uri).fs.get_file_info(selector)  # the environment's settings reach nothing
+        resolve(uri).fs.get_file_info(selector)  # the default connection's settings reach nothing
     names = {info.base_name for info in resolve(uri, server).fs.get_file_info(selector)}
     assert "_SUCCESS" in names
     doc = job_doc(uri, hours=3)

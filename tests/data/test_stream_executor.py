@@ -286,7 +286,6 @@ def test_the_trainer_trains_from_executors_and_commits_after_its_checkpoints(
 def test_the_local_backend_starts_the_executors_by_default(kafka_broker, tmp_path, monkeypatch):
     from primus_lib.resources import backend_for
 
-    monkeypatch.setenv("PRIMUS_SUPERVISOR_POLL", "0.1")
     topic = kafka_broker.new_topic(partitions=3)
     produced = _produce(kafka_broker, topic, 900, 3, seed=8)
     spec, job = _spec(tmp_path, kafka_broker, topic)

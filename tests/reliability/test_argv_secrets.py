@@ -10,7 +10,6 @@ a real Airflow.)"""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import sys
@@ -23,6 +22,7 @@ from primus_lib.cli.main import main
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
 from primus_lib.storage import locate
+from tests.fixtures import connections
 from tests.fixtures._proc import stop
 from tests.fixtures.s3 import start_seaweedfs
 from tests.reliability.argv import ArgvSampler
@@ -64,19 +64,13 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
     backend = None
     try:
         bucket = f"primus-{uuid.uuid4().hex[:8]}"
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": access,
-            "AWS_SECRET_ACCESS_KEY": secret,
-            "AWS_ENDPOINT_URL": s3_url,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "OMP_NUM_THREADS": "1",
-            "PRIMUS_SUPERVISOR_POLL": "0.2",
-        }.items():
-            monkeypatch.setenv(key, value)  # the roles' environment: the supervisor passes it on
-        # what PrimusKafkaHook makes of a connection with login/password (SASL; the test broker ignores it)
-        monkeypatch.setenv(
-            "PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS", json.dumps({"sasl.username": "primus", "sasl.password": sasl})
-        )
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        # the connections as mounted secret files: the store (the default storage connection) and the
+        # Kafka source's SASL login (the test broker ignores it: its security.protocol stays plaintext)
+        s3 = {"conn_type": "aws", "login": access, "password": secret, "extra": {"endpoint_url": s3_url}}
+        kafka = {"conn_type": "primus_kafka", "login": "primus", "password": sasl,
+                 "extra": {"security_protocol": "PLAINTEXT", "config": {"sasl.mechanism": "PLAIN"}}}  # fmt: skip
+        connections.mount(monkeypatch, tmp_path / "secrets", {"primus_storage_default": s3, "events_sasl": kafka})
         import pyarrow.fs as pafs
 
         pafs.S3FileSystem(
@@ -92,6 +86,10 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         doc = yaml.safe_load(spec.read_text())
         doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": 2}
         doc["spec"]["storage"] = {"root": f"s3://{bucket}/jobs"}
+        for stream in doc["spec"]["dataset"]["streams"]:
+            for source in stream["sources"]:
+                if source.get("kafka"):
+                    source["kafka"]["connection_id"] = "events_sasl"
         spec.write_text(yaml.safe_dump(doc))
         generated = main(
             ["datagen", str(spec), "--rows-per-hour", "200", "--seed", "4", "--kafka", kafka_broker.bootstrap]
@@ -121,7 +119,10 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         assert len(executors) >= 1 and argv.samples >= 25, (executors, argv.samples)
         leaks = argv.leaks(known)
         assert not leaks, "\n".join(leaks)
-        logs = {str(p): p.read_bytes() for p in (tmp_path / "home").rglob("*") if p.is_file()}
+        files = [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
+        mounted = [p for p in files if p.parent.name == "connections"]  # the roles' secret files (a Secret)
+        assert mounted and all(p.stat().st_mode & 0o077 == 0 for p in mounted), mounted
+        logs = {str(p): p.read_bytes() for p in files if p not in mounted}
         logs.update({k: v for k, v in state.items() if not k.endswith(TOKEN_NAME)})
         assert any(k.endswith(".log") for k in logs), sorted(logs)  # the role logs were searched
         found = [

@@ -172,13 +172,13 @@ print(len(TrainingQueue(sys.argv[1]).windows("history")), "windows", flush=True)
 
 def test_a_new_process_waits_out_a_database_restart(pg):
     """Every Airflow task is a new process: one that starts while PostgreSQL restarts waits for it
-    (PRIMUS_DB_RETRY_S) instead of failing its try at once (found by the backfill above)."""
+    (primus_lib.data.db.RETRY_SECONDS) instead of failing its try at once (found by the backfill above)."""
     import subprocess
     import sys
 
     ledger_url = pg.url.rsplit("/", 1)[0] + "/primus_ledger"
     assert pg.daemon.stop(signal.SIGQUIT, timeout=60, group=False)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PRIMUS_DB_RETRY_S": "90"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the task waits out the outage (120 s bound)
     args = [sys.executable, "-c", WAITER, ledger_url]
     task = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -27,7 +27,7 @@ HOSTILE_ARGV = [
 ]  # fmt: skip
 
 
-def _job(tmp_path, backend: str):
+def _job(tmp_path, backend: str, python: str | None = None):
     doc = job_doc(f"file://{tmp_path}/data")
     doc["spec"]["storage"] = {
         "root": str(tmp_path / "jobs"),
@@ -40,7 +40,8 @@ def _job(tmp_path, backend: str):
     roles["stream_executor"]["command"] = HOSTILE_ARGV
     doc["spec"]["resources"]["backend"] = backend
     if backend == "yarn":
-        doc["spec"]["resources"]["clusters"] = [{"name": "y1", "backend": "yarn", "resource_manager": "http://rm:8088"}]
+        cluster = {"name": "y1", "backend": "yarn", "resource_manager": "http://rm:8088", "python": python}
+        doc["spec"]["resources"]["clusters"] = [cluster]
     return job_from_document(doc, env={"DB_PASSWORD": "s3cr3t", "HOME": "/home/me"})
 
 
@@ -134,8 +135,7 @@ class FakeRM:
 
 
 def _yarn_context(tmp_path, monkeypatch, python: str, spec_path: str, role: str = "trainer") -> dict:
-    monkeypatch.setenv("PRIMUS_YARN_PYTHON", python)
-    job = _job(tmp_path, "yarn")
+    job = _job(tmp_path, "yarn", python)
     rm = FakeRM()
     YarnBackend(job, spec_path, client=rm)._start_worker(role, 0)
     return rm.contexts[-1]
@@ -155,10 +155,12 @@ def test_yarn_launch_command_is_one_argv_and_the_role_command_is_exact(tmp_path,
     spec_path = str(tmp_path / "my specs" / "job;$(id).yaml")
     context = _yarn_context(tmp_path, monkeypatch, python, spec_path)
     command = context["am-container-spec"]["commands"]["command"]
-    assert shlex.split(command) == [python, "-m", AM_MODULE, "1><LOG_DIR>/stdout", "2><LOG_DIR>/stderr"]
+    argv = shlex.split(command)
+    assert argv[:5] == [python, "-m", AM_MODULE, "--scheduler", "rm:8030"] and argv[5] == "--command"
+    assert argv[7:] == ["1><LOG_DIR>/stdout", "2><LOG_DIR>/stderr"]
     env = {e["key"]: e["value"] for e in context["am-container-spec"]["environment"]["entry"]}
     intended = [part.replace("{SPEC}", spec_path) for part in HOSTILE_ARGV]
-    assert decode_command(env["PRIMUS_YARN_COMMAND"]) == intended
+    assert decode_command(argv[6]) == intended
     assert env["PRIMUS_JOB"] == "ctr-demo" and env["PRIMUS_ROLE"] == "trainer"
 
 
@@ -169,7 +171,7 @@ def test_the_nodemanager_launch_script_runs_exactly_the_am_and_its_argv(tmp_path
     stand_in.parent.mkdir()
     stand_in.write_text(
         f"#!{sys.executable}\nimport base64, json, os, sys\n"
-        "print(json.dumps([sys.argv[1:], json.loads(base64.b64decode(os.environ['PRIMUS_YARN_COMMAND'])),"
+        "print(json.dumps([sys.argv[1:-1], json.loads(base64.b64decode(sys.argv[-1])),"
         " os.environ['PRIMUS_JOB'], os.environ['PRIMUS_ROLE']]))\n"
     )
     stand_in.chmod(0o755)
@@ -182,7 +184,7 @@ def test_the_nodemanager_launch_script_runs_exactly_the_am_and_its_argv(tmp_path
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     argv, role_command, job, role = json.loads((logs / "stdout").read_text())
-    assert argv == ["-m", AM_MODULE]
+    assert argv == ["-m", AM_MODULE, "--scheduler", "rm:8030", "--command"]
     assert role_command == [part.replace("{SPEC}", spec_path) for part in HOSTILE_ARGV]
     assert (job, role) == ("ctr-demo", "trainer")
 

@@ -5,7 +5,7 @@ Local: the job's staging, windows and trainer directories live on a 4 MiB tmpfs 
 real ENOSPC. A data task, the Joiner's commit and a trainer checkpoint must fail naming the path
 and "No space left on device", leave nothing a reader accepts, and commit exactly once after the
 space is freed. S3: our own SeaweedFS, stopped (SIGKILL) in the middle of a window commit: the
-commit retries (``PRIMUS_STORAGE_RETRY_S``) and completes once the store is back, or past the bound
+commit retries (``primus_lib.storage.RETRY_SECONDS``) and completes once the store is back, or past the bound
 fails with one clear line, leaving no manifest. Counted by sample id (request_id).
 """
 
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from primus_lib import storage
 from primus_lib.data.dtgg.planner import Planner
 from primus_lib.data.executor import TaskFailed, execute_task, join_window, run_window, sink_window, staging_path
 from primus_lib.data.ledger import TaskLedger
@@ -225,7 +226,7 @@ def weed(tmp_path, monkeypatch):
     server = Weed(tmp_path / "weed")
     server.start()
     try:  # stopped whatever fails after it started
-        for key, value in server.server.env().items():
+        for key, value in server.server.env(tmp_path / "secrets").items():
             monkeypatch.setenv(key, value)
         server.server.filesystem().create_dir("state")
         yield server
@@ -272,7 +273,7 @@ def _kill_mid_commit(weed: Weed, directory, thread: threading.Thread) -> None:
 
 @pytest.mark.slow
 def test_object_store_down_mid_commit_retries_and_commits_once_it_is_back(tmp_path, weed, monkeypatch):
-    monkeypatch.setenv("PRIMUS_STORAGE_RETRY_S", "180")
+    monkeypatch.setattr(storage, "RETRY_SECONDS", 180.0)
     job, data = _s3_job(tmp_path, monkeypatch)
     directory = JobPaths.for_job(job).window_dir("history", T0)
     thread, outcome = _stage_and_commit_in_background(job, T0)
@@ -290,7 +291,7 @@ def test_object_store_down_mid_commit_retries_and_commits_once_it_is_back(tmp_pa
 
 @pytest.mark.slow
 def test_object_store_down_past_the_bound_fails_clearly_and_commits_nothing(tmp_path, weed, monkeypatch):
-    monkeypatch.setenv("PRIMUS_STORAGE_RETRY_S", "4")
+    monkeypatch.setattr(storage, "RETRY_SECONDS", 4.0)
     job, data = _s3_job(tmp_path, monkeypatch)
     directory = JobPaths.for_job(job).window_dir("history", T0)
     thread, outcome = _stage_and_commit_in_background(job, T0)
@@ -299,11 +300,11 @@ def test_object_store_down_past_the_bound_fails_clearly_and_commits_nothing(tmp_
     error = outcome.get("error")
     assert isinstance(error, StorageUnavailable), outcome
     message = str(error)
-    assert "\n" not in message and "PRIMUS_STORAGE_RETRY_S" in message and str(directory) in message, message
+    assert "\n" not in message and "(the retry bound)" in message and str(directory) in message, message
     weed.start()
     # the retry below runs under the deployment's bound: a restarted SeaweedFS lists buckets before
     # its volume server is back (GetObject answers 500 meanwhile), which took over 4 s on a busy host
-    monkeypatch.delenv("PRIMUS_STORAGE_RETRY_S")
+    monkeypatch.setattr(storage, "RETRY_SECONDS", 120.0)
     assert read_manifest(directory) is None  # the parts written before the outage are not a window
     ledger = JobPaths.for_job(job).ledger
     assert TrainingQueue(ledger).windows("history") == []

@@ -21,7 +21,6 @@ DEMO = ROOT / "config" / "jobs" / "ctr-demo.yaml"
 def job_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_SUPERVISOR_POLL", "0.1")
     return tmp_path
 
 

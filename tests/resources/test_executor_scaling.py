@@ -54,7 +54,6 @@ def dealt(reader: ExecutorStreamReader, executors: int, partitions: set[str]):
 
 
 def test_scaling_the_executors_2_3_1_mid_stream_trains_every_sample_once(kafka_broker, tmp_path, monkeypatch):
-    monkeypatch.setenv("PRIMUS_SUPERVISOR_POLL", "0.1")
     topic = kafka_broker.new_topic(partitions=6)
     everything = {f"{topic}/{p}" for p in range(6)}
     produced = _produce(kafka_broker, topic, 3000, 6, seed=21)

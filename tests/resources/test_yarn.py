@@ -60,17 +60,17 @@ def worker(out: Path) -> list[str]:
 
 
 # -- unit tests: no server ----------------------------------------------------------------------
-def test_submission_context_runs_our_am_with_the_command_in_the_environment():
+def test_submission_context_runs_our_am_with_the_command_as_a_base64_argument():
     command = ["python", "-c", 'print("quotes \\" and $dollars")']
     ctx = submission_context("application_1_0001", "j-r-0", command, 1.5, 3 * 2**30, "ads", ["primus-job:j"],
-                             {"PRIMUS_ROLE": "r"}, 4, "/venv/bin/python")  # fmt: skip
+                             {"PRIMUS_ROLE": "r"}, 4, "/venv/bin/python", scheduler="rm:8030")  # fmt: skip
     spec = ctx["am-container-spec"]
-    assert spec["commands"]["command"] == (
-        "/venv/bin/python -m primus_lib.resources.yarn.am 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
-    )
+    am = spec["commands"]["command"].split(" ")
+    assert am[:5] == ["/venv/bin/python", "-m", "primus_lib.resources.yarn.am", "--scheduler", "rm:8030"]
+    assert am[5] == "--command" and am[7:] == ["1><LOG_DIR>/stdout", "2><LOG_DIR>/stderr"]
+    assert decode_command(am[6]) == command  # no quote reaches the launch script
     env = {e["key"]: e["value"] for e in spec["environment"]["entry"]}
-    assert decode_command(env["PRIMUS_YARN_COMMAND"]) == command  # no quote reaches the launch script
-    assert '"' not in env["PRIMUS_YARN_COMMAND"] and env["PRIMUS_ROLE"] == "r"
+    assert env == {"PRIMUS_ROLE": "r"}  # nothing of the command in the environment
     assert ctx["resource"] == {"memory": 3072, "vCores": 2}
     assert ctx["max-app-attempts"] == 4 and ctx["queue"] == "ads" and ctx["application-type"] == "PRIMUS"
     assert ctx["application-tags"] == {"tag": ["primus-job:j"]}

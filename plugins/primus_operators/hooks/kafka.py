@@ -1,10 +1,10 @@
-"""Kafka client settings (librdkafka names) from an Airflow connection."""
+"""Kafka client settings (librdkafka names) of an Airflow connection (``primus_lib.credentials.kafka_config``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow.sdk import BaseHook
+
+from primus_lib.credentials import kafka_config
 
 
 class PrimusKafkaHook(BaseHook):
@@ -22,22 +22,11 @@ class PrimusKafkaHook(BaseHook):
         self.kafka_conn_id = kafka_conn_id
 
     def client_config(self) -> dict[str, str]:
-        conn = self.get_connection(self.kafka_conn_id)
-        return kafka_config(conn.host, conn.port, conn.login, conn.password, conn.extra_dejson)
+        from primus_operators.hooks.connections import AirflowConnections
 
+        conn = AirflowConnections().connection(self.kafka_conn_id)
+        if conn is None:
+            from airflow.sdk.exceptions import AirflowNotFoundException
 
-def kafka_config(
-    host: str | None, port: int | None, login: str | None, password: str | None, extra: dict[str, Any]
-) -> dict[str, str]:
-    config: dict[str, str] = {}
-    if host:
-        config["bootstrap.servers"] = f"{host}:{port}" if port and "," not in host and ":" not in host else host
-    if extra.get("security_protocol"):
-        config["security.protocol"] = str(extra["security_protocol"])
-    if login:
-        config["sasl.username"] = login
-        config["sasl.password"] = password or ""
-        config.setdefault("sasl.mechanism", str(extra.get("sasl_mechanism", "PLAIN")))
-        config.setdefault("security.protocol", "SASL_SSL")
-    config.update({str(k): str(v) for k, v in (extra.get("config") or {}).items()})
-    return config
+            raise AirflowNotFoundException(f"The conn_id `{self.kafka_conn_id}` isn't defined")
+        return kafka_config(conn)

@@ -24,15 +24,6 @@ class PrimusKubernetesHook(BaseHook):
     def settings(self) -> dict[str, Any]:
         return kubernetes_settings(self.get_connection(self.kubernetes_conn_id).extra_dejson)
 
-    def env(self) -> dict[str, str]:
-        s = self.settings()
-        env = {"KUBECONFIG": s["kubeconfig"]} if s.get("kubeconfig") else {}
-        if s.get("context"):
-            env["PRIMUS_KUBE_CONTEXT"] = s["context"]
-        if s.get("namespace"):
-            env["PRIMUS_KUBE_NAMESPACE"] = s["namespace"]
-        return env
-
 
 def kubernetes_settings(extra: dict[str, Any]) -> dict[str, Any]:
     def field(name: str) -> Any:

@@ -7,8 +7,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from primus_lib.credentials import using
 from primus_operators._common import load_spec
-from primus_operators.hooks.env import connection_env
+from primus_operators.hooks.connections import airflow_resolver
 
 
 def _summary(output: Any) -> Any:
@@ -48,5 +49,5 @@ class PrimusDataTaskOperator(BaseOperator):
         task = DataTask.from_dict(self.data_task)
         self.log.info("data task %s (%s, %d bytes)", task.id, task.uri, task.size)
         job = load_spec(self.spec_path)
-        with connection_env(job):
+        with using(airflow_resolver()):
             return _summary(execute_task(job, task))

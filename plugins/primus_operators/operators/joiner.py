@@ -6,8 +6,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from primus_lib.credentials import using
 from primus_operators._common import load_spec, window_of
-from primus_operators.hooks.env import connection_env
+from primus_operators.hooks.connections import airflow_resolver
 from primus_operators.operators.data_task import _summary
 
 
@@ -33,7 +34,7 @@ class PrimusJoinerOperator(BaseOperator):
         skip_arrow_pandas_probe()  # this process joins one window: pyarrow need not import pandas
         start = window_of(context)
         job = load_spec(self.spec_path)
-        with connection_env(job):
+        with using(airflow_resolver()):
             try:
                 manifest = join_window(job, self.stream, start)
             except WindowDataError as exc:  # the data itself is wrong: a retry would read the same rows

@@ -6,9 +6,10 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
 
+from primus_lib.credentials import using
 from primus_lib.naming import asset_uri
 from primus_operators._common import load_spec, window_of
-from primus_operators.hooks.env import connection_env
+from primus_operators.hooks.connections import airflow_resolver
 from primus_operators.operators.data_task import _summary
 
 
@@ -36,7 +37,7 @@ class PrimusSinkOperator(BaseOperator):
 
         start = window_of(context)
         job = load_spec(self.spec_path)
-        with connection_env(job):
+        with using(airflow_resolver()):
             queued = _summary(sink_window(job, self.stream, start))
         self.log.info("queued %s window %s: %s", self.stream, window_id(start), queued)
         extra = {"window": window_id(start), "stream": self.stream}

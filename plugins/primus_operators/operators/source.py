@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from primus_lib.credentials import using
 from primus_operators._common import load_spec, window_of
-from primus_operators.hooks.env import connection_env
+from primus_operators.hooks.connections import airflow_resolver
 from primus_operators.triggers.source_ready import SourceReadyTrigger
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class PrimusDataSourceOperator(BaseOperator):
 
     def execute(self, context: Any) -> list[dict]:
         job = load_spec(self.spec_path)
-        with connection_env(job):  # the storage's credentials, from the spec's connection_id
+        with using(airflow_resolver()):  # the storage's credentials, from the spec's connection_id
             return self._wait_and_plan(job, window_of(context, job))
 
     def _wait_and_plan(self, job: PrimusJob, start: datetime) -> list[dict]:
@@ -103,7 +104,7 @@ class PrimusDataSourceOperator(BaseOperator):
             raise AirflowException(event.get("message", f"source trigger failed: {event!r}"))
         self.log.info("%s", event.get("message"))
         job = load_spec(self.spec_path)
-        with connection_env(job):
+        with using(airflow_resolver()):
             return self._plan(job, window_of(context, job))
 
     def _plan(self, job: PrimusJob, start: datetime) -> list[dict]:

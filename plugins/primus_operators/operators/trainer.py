@@ -6,7 +6,6 @@ asks the backend to ensure the trainer runs, then hands the waiting to a trigger
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -15,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from primus_lib.credentials import mount, using
 from primus_lib.naming import API_CONNECTION, MODEL_ASSET, asset_uri
 from primus_lib.progress import consumed_metrics, progress_key, read_progress
+from primus_lib.settings import child_environment
 from primus_operators._common import airflow_api, load_spec, window_of
-from primus_operators.hooks.env import connection_env
+from primus_operators.hooks.connections import airflow_resolver
 from primus_operators.triggers.trainer_progress import TrainerProgressTrigger
 
 if TYPE_CHECKING:
@@ -80,25 +81,26 @@ class PrimusTrainerOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any] | None:
         from primus_lib.paths import JobPaths
 
-        mode = os.environ.get("PRIMUS_TRAINER_MODE") or self.mode or "service"
+        job = load_spec(self.spec_path)
+        mode = self.mode or job.spec.airflow.trainer_mode
         if mode not in MODES:
             raise AirflowException(f"mode: expected one of {MODES}, found {mode!r}")
         if mode == "skip":
             self.log.info("mode=skip: not training this window")
             return None
-        job = load_spec(self.spec_path)
         start = window_of(context)
         keys = window_keys(job, start)
-        progress_path = str(JobPaths.for_job(job).progress)
-        with connection_env(job):  # the trainer process inherits the connections' settings
-            if mode == "inline":
-                self._train_inline(start)
+        with using(airflow_resolver()) as resolver:  # the job's connections, as the task resolves them
+            paths = JobPaths.for_job(job)
+            progress_path = str(paths.progress)
+            if mode == "inline":  # the child reads the connections as secret files (a mounted Secret)
+                self._train_inline(start, mount(resolver, job.connection_ids(), paths.root / "connections"))
             else:
                 from primus_lib.resources import ensure_running
 
-                status = ensure_running(job, self.spec_path)
+                status = ensure_running(job, self.spec_path)  # the local backend mounts them for its roles
                 self.log.info("trainer backend: %s", status)
-            metrics = consumed_metrics(read_progress(progress_path), keys)  # remote: the connection's keys
+            metrics = consumed_metrics(read_progress(paths.progress), keys)  # remote: the connection's keys
         if metrics is not None:
             return self._record(context, start, metrics)
         if mode == "inline":
@@ -123,7 +125,7 @@ class PrimusTrainerOperator(BaseOperator):
             raise AirflowException(event.get("message", f"trainer trigger failed: {event!r}"))
         return self._record(context, window_of(context), event["windows"])
 
-    def _train_inline(self, start: datetime) -> None:
+    def _train_inline(self, start: datetime, secrets: dict[str, str]) -> None:
         from primus_lib.paths import window_id
 
         command = [
@@ -136,7 +138,8 @@ class PrimusTrainerOperator(BaseOperator):
             window_id(start),
         ]
         self.log.info("running %s", " ".join(command))
-        done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout,
+                              env=child_environment(**secrets))  # fmt: skip
         for line in (done.stdout + done.stderr).splitlines()[-40:]:
             self.log.info("trainer| %s", line)
         if done.returncode != 0:

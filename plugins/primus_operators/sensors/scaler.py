@@ -55,10 +55,11 @@ class PrimusScalerSensor(BaseSensorOperator):
         return PoolActuator(api, pool_name(job.name))
 
     def poke(self, context: Any) -> PokeReturnValue:
+        from primus_lib.credentials import using
         from primus_lib.scaling.step import scaling_step
         from primus_lib.timegrid import as_utc
         from primus_operators._common import load_spec
-        from primus_operators.hooks.env import connection_env
+        from primus_operators.hooks.connections import airflow_resolver
 
         job = load_spec(self.spec_path)
         backend = None
@@ -66,7 +67,7 @@ class PrimusScalerSensor(BaseSensorOperator):
             from primus_lib.resources import backend_for
 
             backend = backend_for(job, self.spec_path)
-        with connection_env(job):  # snapshots and resources.json may be on the job's shared storage
+        with using(airflow_resolver()):  # snapshots and resources.json may be on the job's shared storage
             decisions = scaling_step(job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job),
                                      backend=backend)  # fmt: skip
         for decision in decisions:

@@ -15,9 +15,6 @@ the simple auth manager's roles see every job. Only the static JS/CSS (no data) 
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +42,6 @@ async def _no_control_characters(request, call_next):
     return await call_next(request)
 
 
-_ENV_LOCK = threading.Lock()  # the process environment is shared: one job's connection settings at a time
-
 ReadDag = Depends(requires_access_dag("GET"))
 ReadRuns = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
@@ -73,9 +68,11 @@ def list_jobs(user: GetUserDep) -> list[str]:
 
 @app.get("/api/jobs/{dag_id}", dependencies=[ReadRuns])
 def job(dag_id: str) -> dict[str, Any]:
+    from primus_lib.credentials import using
     from primus_lib.jobview import job_view
     from primus_lib.naming import TAG, TRAIN_TASK, pool_name
     from primus_operators._common import load_spec
+    from primus_operators.hooks.connections import airflow_resolver
 
     found = airflow_state.primus_dag(dag_id)
     if found is None:
@@ -85,7 +82,7 @@ def job(dag_id: str) -> dict[str, Any]:
     try:
         spec = load_spec(found.spec_path)
         runs = airflow_state.window_runs(dag_id)
-        with _job_connections(spec):  # remote state (s3://): read with the job's connection, as its tasks do
+        with using(airflow_resolver()):  # remote state (s3://): read with the job's connections, as its tasks do
             return job_view(spec, runs, found.doc_md, airflow_state.pool_slots(pool_name(spec.name)))
     except (OSError, ValueError) as exc:  # a spec or state file that cannot be read: say which
         raise HTTPException(422, f"{dag_id}: {exc}") from exc
@@ -99,16 +96,6 @@ def jobs_page() -> HTMLResponse:
 @app.get("/ui/{dag_id}", response_class=HTMLResponse, dependencies=[ReadRuns])
 def job_page(dag_id: str) -> HTMLResponse:
     return HTMLResponse(_page(dag_id))
-
-
-@contextlib.contextmanager
-def _job_connections(spec: Any) -> Iterator[None]:
-    """The job's connections (spec.storage.connection_id...) as the env primus_lib's storage reads,
-    set only while this request reads the job's state; the values never reach the answer."""
-    from primus_operators.hooks.env import applied_env, job_connection_env
-
-    with _ENV_LOCK, applied_env(job_connection_env(spec)):
-        yield
 
 
 def _page(dag_id: str) -> str:

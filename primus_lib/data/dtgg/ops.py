@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from primus_lib.credentials import current
 from primus_lib.data.dtgg.listing import FileEntry, Listing
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.sources.templates import Partition, partition
@@ -45,6 +46,9 @@ class DataSourceOp:
                 f"source {source.name!r} of stream {stream.name!r} has no uri (a batch source reads files)"
             )
         self.job, self.stream, self.source = job, stream, source
+        if credentials is None:  # the caller resolved none: the process's connections (credentials.current)
+            where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].connection_id"
+            credentials = current().storage(source.connection_id, where, source.uri)
         self.location: Location = resolve(source.uri, credentials)
         self.size: timedelta = job.spec.timer.window_size
 

@@ -4,7 +4,7 @@ Windows are planned in chunks: one fused listing per filesystem serves every (so
 of the chunk, the DataSource/Joiner work of the chunk's windows runs on a thread pool, and the
 Sinks run in window order. With more than one thread the next chunk is listed while this one's
 tasks are generated, so a remote store's latency hides behind the generation. ``threads``
-(default ``$PRIMUS_DTGG_THREADS``, else 4) bounds both pools; the plan does not depend on it.
+(default 4; ``primus plan --threads``) bounds both pools; the plan does not depend on it.
 Windows already in the ledger are served from it (cached task lists): a restarted planner does
 no listing for them.
 """
@@ -12,7 +12,6 @@ no listing for them.
 from __future__ import annotations
 
 import itertools
-import os
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -26,23 +25,14 @@ from primus_lib.filesystems import StorageCredentials
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.job import PrimusJob
 
-THREADS_ENV = "PRIMUS_DTGG_THREADS"  # listing/generation concurrency when the caller gives none
-DEFAULT_THREADS = 4
-
-
-def _env_threads() -> int:
-    value = os.environ.get(THREADS_ENV, "")
-    try:
-        return int(value) if value else DEFAULT_THREADS
-    except ValueError:
-        raise ValueError(f"${THREADS_ENV}={value!r}: expected a whole number of threads") from None
+DEFAULT_THREADS = 4  # listing/generation concurrency when the caller gives none (primus plan --threads)
 
 
 class Planner:
     """Plans the batch windows of one job's stream into the ledger (the data task queue).
 
     ``credentials``: storage credentials by connection id, resolved by the caller; a source whose
-    ``connection_id`` is among them is read with those (else with the process environment).
+    ``connection_id`` is among them is read with those (else with the connections of ``primus_lib.credentials``).
     """
 
     def __init__(
@@ -60,7 +50,7 @@ class Planner:
         self.stream = job.stream(stream)
         if self.stream.kind != "batch":
             raise ValueError(f"stream {stream!r} is a {self.stream.kind} stream; DTGG plans batch streams")
-        self.threads = max(1, threads if threads is not None else _env_threads())
+        self.threads = max(1, threads if threads is not None else DEFAULT_THREADS)
         self.ledger = TaskLedger(JobPaths.for_job(job).ledger) if ledger is True else (ledger or None)
         self.now = now
         # default: two weeks of windows per fused scan (336 hourly or 14 daily windows)

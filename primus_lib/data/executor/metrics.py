@@ -23,8 +23,6 @@ from primus_lib.progress import progress_key, read_progress
 from primus_lib.spec.job import PrimusJob
 
 ROLE = "data_executor"
-WINDOWS_AHEAD_ENV = "PRIMUS_MAX_ACTIVE_RUNS"  # the DAG's max_active_runs: windows in flight at once
-DEFAULT_WINDOWS_AHEAD = 3
 
 
 def batch_backlog(job: PrimusJob) -> float:
@@ -37,7 +35,7 @@ def batch_backlog(job: PrimusJob) -> float:
     paths = JobPaths.for_job(job)
     if not (isinstance(paths.ledger, Path) and isinstance(paths.progress, Path)):
         return _read_backlog(job)
-    key = (str(paths.ledger), os.environ.get(WINDOWS_AHEAD_ENV), tuple(sorted(s.name for s in job.batch_streams)))
+    key = (str(paths.ledger), job.spec.airflow.max_active_runs, tuple(sorted(s.name for s in job.batch_streams)))
     files = [paths.ledger, Path(f"{paths.ledger}-wal"), paths.progress]
     state = [_stat(f) for f in files]
     cached = _backlogs.get(key)
@@ -76,7 +74,7 @@ def _read_backlog(job: PrimusJob) -> float:
         windows = [(w.stream, w.window) for w in _queue(str(paths.ledger), paths.ledger).windows()]
     queued = {progress_key(stream, window) for stream, window in windows if stream in streams}
     waiting = len(queued - set(read_progress(paths.progress)["consumed"]))
-    ahead = int(os.environ.get(WINDOWS_AHEAD_ENV, DEFAULT_WINDOWS_AHEAD)) * len(streams)
+    ahead = job.spec.airflow.max_active_runs * len(streams)  # the windows the DAG runs at once
     return min(1.0, waiting / max(1, ahead))
 
 

@@ -4,12 +4,12 @@ a slow source (executors at the live edge: more of them would not help) from slo
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+from primus_lib.allocation import role_resources
 from primus_lib.metrics.instruments import ExecutorMetrics
 from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
 from primus_lib.paths import JobPaths
@@ -28,9 +28,8 @@ def lag_rows(service: ExecutorService) -> int:
 def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
     """Write the executor's metrics ``<job>/metrics/stream_executor-<stream>-<index>.prom`` every
     ``every`` seconds, and serve /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set."""
-    role = service.job.spec.resources.roles.get(ROLE)
-    cpu = float(os.environ.get("PRIMUS_CPU") or (role.cpu if role else 1.0))
-    memory = float(os.environ.get("PRIMUS_MEMORY") or (role.memory if role else 2**31))
+    role = service.job.spec.resources.roles.get(ROLE)  # its allotment: the scaler's latest, else the spec
+    cpu, memory = role_resources(service.job, ROLE) if role else (1.0, float(2**31))
     registry = CollectorRegistry()
     worker = f"{service.stream_name}-{service.index}"
     metrics = ExecutorMetrics(service.job.name, worker, cpu, memory, role=ROLE, registry=registry)

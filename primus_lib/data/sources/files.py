@@ -12,6 +12,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from primus_lib.credentials import StorageCredentials, current
 from primus_lib.data.sources.decode import DecodeError, column_map, decode
 from primus_lib.data.task import DataTask
 from primus_lib.filesystems import resolve
@@ -31,12 +32,13 @@ def read_task(job: PrimusJob, task: DataTask) -> pa.Table:
     """Read and decode one data task into the sample columns its source has."""
     stream, source = find_source(job, task.stream, task.source)
     wanted = set(column_map(job, source).values())
-    raw = read_raw(task, wanted)
+    where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].connection_id"
+    raw = read_raw(task, wanted, current().storage(source.connection_id, where, task.uri))
     return decode(job, stream, source, raw, task.uri)
 
 
-def read_raw(task: DataTask, wanted: set[str] | None = None) -> pa.Table:
-    location = resolve(task.uri)
+def read_raw(task: DataTask, wanted: set[str] | None = None, credentials: StorageCredentials | None = None) -> pa.Table:
+    location = resolve(task.uri, credentials)
     try:
         if task.format == "parquet":
             return _read_parquet(location.fs, location.path, task, wanted)

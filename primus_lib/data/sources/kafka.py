@@ -16,8 +16,6 @@ messages go to ``<topic>.dlq`` with the reason in a header and are counted.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,6 +25,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
+from primus_lib.credentials import current
 from primus_lib.data.sources.deadletter import DeadLetters, KafkaDeadLetters
 from primus_lib.data.sources.decode import conform
 from primus_lib.data.sources.messages import decode_messages
@@ -78,26 +77,14 @@ def _checked(answer: list[TopicPartition]) -> list[TopicPartition]:
     return answer
 
 
-def connection_env_key(stream: StreamSpec, source: SourceSpec) -> str:
-    """The variable the Airflow hooks fill from ``kafka.connection_id`` (JSON librdkafka settings)."""
-    name = f"{stream.name}_{source.name}".upper().replace("-", "_")
-    return f"PRIMUS_KAFKA_CONFIG_{name}"
-
-
 def client_config(stream: StreamSpec, source: SourceSpec) -> dict[str, str]:
-    """librdkafka settings of a source: the spec's bootstrap servers, then the connection's
-    settings (credentials, and its own bootstrap list if it names one), then ``kafka.options``."""
+    """librdkafka settings of a source: the spec's bootstrap servers, then the settings of its
+    ``kafka.connection_id`` (credentials, and its own bootstrap list if it names one; resolved by
+    ``primus_lib.credentials``), then ``kafka.options``."""
     assert source.kafka is not None
     config: dict[str, str] = {"bootstrap.servers": source.kafka.bootstrap_servers}
-    raw = os.environ.get(connection_env_key(stream, source))
-    if raw:
-        try:
-            from_connection = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"${connection_env_key(stream, source)}: expected a JSON object, found {raw[:40]!r}"
-            ) from exc
-        config.update({str(k): str(v) for k, v in from_connection.items()})
+    where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
+    config.update(current().kafka(source.kafka.connection_id, where))
     config.update(source.kafka.options)
     return config
 

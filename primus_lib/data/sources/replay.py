@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from primus_lib.credentials import current
 from primus_lib.data.dtgg import timer
 from primus_lib.data.dtgg.listing import FusedLister
 from primus_lib.data.sources.deadletter import DeadLetters, FileDeadLetters
@@ -45,7 +46,8 @@ class ReplayStreamReader(StreamReader):
             raise ValueError(f"source {source.name!r} of stream {stream.name!r}: a replay needs a uri")
         self.job, self.stream, self.source = job, stream, source
         self.key = f"replay/{source.name}"
-        self.location = resolve(source.uri)
+        where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].connection_id"
+        self.location = resolve(source.uri, current().storage(source.connection_id, where, source.uri))
         self.dead_letters = dead_letters or FileDeadLetters(
             JobPaths.for_job(job).root / "dlq" / stream.name / f"{source.name}.jsonl"
         )

@@ -17,7 +17,6 @@ deletion, primus_lib/resources/kubernetes/trainer.py; the trainer resumes from i
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -59,12 +58,11 @@ class KubernetesBackend(ResourceBackend):
     def __init__(self, job: PrimusJob, spec_path: str | None = None, cluster: Cluster | None = None,
                  roles: Iterable[str] | None = None) -> None:  # fmt: skip
         super().__init__(job, spec_path)
-        if cluster is None:  # KUBECONFIG / PRIMUS_KUBE_CONTEXT / PRIMUS_KUBE_NAMESPACE: set by the Airflow hook
-            namespace = (
-                os.environ.get("PRIMUS_KUBE_NAMESPACE") or job.metadata.namespace or job.spec.resources.namespace
-            )
-            api = api_client_for(os.environ.get("KUBECONFIG"), os.environ.get("PRIMUS_KUBE_CONTEXT"))
-            cluster = Cluster(api, namespace)
+        if cluster is None:  # in-cluster config, else the kubeconfig ($KUBECONFIG, read by the client itself)
+            from primus_lib.settings import settings
+
+            namespace = settings().kube_namespace or job.metadata.namespace or job.spec.resources.namespace
+            cluster = Cluster(api_client_for(), namespace)
         self.cluster = cluster
         self.ns = self.cluster.namespace
         self.only = set(roles) if roles is not None else None

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from primus_lib.resources.discovery import ExecutorDiscovery, TokenFile
+from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
 
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -32,7 +33,7 @@ class KubernetesDiscovery(ExecutorDiscovery):
         """The job's executors serve every stream on one port: ``stream`` does not change the Service."""
         from primus_lib.resources.kubernetes import manifests
 
-        namespace = os.environ.get("PRIMUS_KUBE_NAMESPACE") or ""
+        namespace = settings().kube_namespace or ""
         if not namespace and os.path.exists(SA_NAMESPACE_FILE):  # in a pod: its own namespace
             namespace = Path(SA_NAMESPACE_FILE).read_text().strip()
         namespace = namespace or job.metadata.namespace or job.spec.resources.namespace
@@ -44,7 +45,7 @@ class KubernetesDiscovery(ExecutorDiscovery):
         if self._api_client is None:
             from primus_lib.resources.kubernetes.cluster import api_client_for
 
-            self._api_client = api_client_for(os.environ.get("KUBECONFIG"), os.environ.get("PRIMUS_KUBE_CONTEXT"))
+            self._api_client = api_client_for()  # in-cluster, else the kubeconfig the client finds
         return client.CoreV1Api(self._api_client)
 
     def locations(self) -> dict[int, str]:

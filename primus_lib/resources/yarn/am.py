@@ -2,8 +2,8 @@
 command as its child and heartbeats until the child exits.
 
 Run by the NodeManager as the AM container's command:
-    python -m primus_lib.resources.yarn.am [-- COMMAND [ARGS...]]
-(without arguments the command comes from PRIMUS_YARN_COMMAND, base64 JSON: see ipc.encode_command).
+    python -m primus_lib.resources.yarn.am --scheduler HOST:PORT (--command BASE64 | -- COMMAND [ARGS...])
+(``--command``: base64 JSON, see ipc.encode_command: the launch script holds no quote of the role's).
 
 - child exits 0: unregister SUCCEEDED, exit 0 (the application FINISHED/SUCCEEDED);
 - child fails (or is killed): exit with its code WITHOUT unregistering, so the RM counts a failed
@@ -11,13 +11,13 @@ Run by the NodeManager as the AM container's command:
 - the RM says AM_SHUTDOWN, or the NodeManager sends SIGTERM (application killed): stop the child.
 The child stays in the container's process group (the NodeManager signals the group) and gets
 PR_SET_PDEATHSIG=SIGKILL, so a kill -9 of this process never leaves the role's command running.
-The scheduler address comes from PRIMUS_YARN_SCHEDULER (host:port), set by the backend.
+The scheduler address (host:port) is an argument the backend writes; the AMRMToken is in the
+container's token file (YARN's $HADOOP_TOKEN_FILE_LOCATION, read through primus_lib.settings).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import socket
 import subprocess
@@ -33,8 +33,9 @@ from primus_lib.resources.yarn.ipc import (
     decode_command,
     read_tokens,
 )
+from primus_lib.settings import settings
 
-HEARTBEAT_SECONDS = float(os.environ.get("PRIMUS_YARN_HEARTBEAT", "1.0"))
+HEARTBEAT_SECONDS = 1.0
 RECONNECT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -51,16 +52,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def scheduler_address() -> tuple[str, int]:
-    value = os.environ.get("PRIMUS_YARN_SCHEDULER", "")
+def scheduler_address(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit():
-        raise SystemExit(f"primus-am: PRIMUS_YARN_SCHEDULER must be host:port, found {value!r}")
+        raise SystemExit(f"primus-am: --scheduler must be host:port, found {value!r}")
     return host, int(port)
 
 
 def amrm_token():
-    path = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
+    path = settings().hadoop_token_file
     if not path:
         raise SystemExit("primus-am: HADOOP_TOKEN_FILE_LOCATION is not set (not run as a YARN AM container?)")
     with open(path, "rb") as handle:
@@ -76,9 +76,9 @@ def exit_code(returncode: int) -> int:
 
 
 class Master:
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], scheduler: str) -> None:
         self.command = command
-        self.client = AMRMClient(scheduler_address(), amrm_token())
+        self.client = AMRMClient(scheduler_address(scheduler), amrm_token())
         self.child: subprocess.Popen | None = None
         self.stopping = False
 
@@ -153,17 +153,30 @@ class Master:
         return 0
 
 
+def parse_args(argv: list[str]) -> tuple[str, list[str]]:
+    """(scheduler address, the role's command) from ``--scheduler H:P (--command B64 | -- CMD...)``."""
+    scheduler, command = "", []
+    while argv:
+        head, argv = argv[0], argv[1:]
+        if head == "--":
+            command = argv
+            break
+        if head in ("--scheduler", "--command") and argv:
+            value, argv = argv[0], argv[1:]
+            scheduler, command = (value, command) if head == "--scheduler" else (scheduler, decode_command(value))
+        else:
+            raise SystemExit(f"primus-am: unexpected argument {head!r}")
+    return scheduler, command
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv and os.environ.get("PRIMUS_YARN_COMMAND"):
-        argv = decode_command(os.environ["PRIMUS_YARN_COMMAND"])
-    if not argv:
-        print("usage: python -m primus_lib.resources.yarn.am [-- COMMAND [ARGS...]] (or PRIMUS_YARN_COMMAND)",
+    scheduler, command = parse_args(argv)
+    if not command or not scheduler:
+        print("usage: python -m primus_lib.resources.yarn.am --scheduler HOST:PORT (--command BASE64 | -- COMMAND...)",
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        return Master(argv).run()
+        return Master(command, scheduler).run()
     except (IpcError, OSError) as exc:
         log(f"cannot talk to the ResourceManager: {exc}")
         return 3

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -26,10 +25,11 @@ from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.table import locked, read_json, resources_dir, write_json
 from primus_lib.resources.yarn.client import LIVE_STATES, MIB, YarnClient, submission_context
+from primus_lib.settings import child_environment
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.resources import ClusterTarget
 
-WAVE_TIMEOUT_SECONDS = float(os.environ.get("PRIMUS_YARN_WAVE_TIMEOUT", "120"))
+WAVE_TIMEOUT_SECONDS = 120.0
 POLL_SECONDS = 0.25
 # Passed to every worker: the job's own settings (PRIMUS_HOME, PRIMUS_DATA, ...).
 PASS_ENV_PREFIXES = ("PRIMUS_",)
@@ -84,9 +84,9 @@ class YarnBackend(ResourceBackend):
             raise ResourceError(f"job {job.name!r}: the yarn backend needs a cluster with resource_manager")
         self.target = target
         self.queue = target.queue if target else "default"
-        self.client = client or YarnClient(target.resource_manager)
+        self.client = client or YarnClient(target.resource_manager, user=target.user)
         self.only = set(roles) if roles is not None else None
-        self.python = os.environ.get("PRIMUS_YARN_PYTHON", sys.executable)
+        self.python = (target.python if target else None) or sys.executable
         self._finished_attempts: dict[str, int] = {}  # attempts of finished apps never change
 
     # -- what is wanted -------------------------------------------------------------------------
@@ -169,14 +169,14 @@ class YarnBackend(ResourceBackend):
         if role == EXECUTOR_ROLE and not spec.command:  # serve on the NodeManager's host, found through
             # the job's shared state (discovery.SharedStateDiscovery advertises the host's name)
             command += ["--index", str(index), "--replicas", str(replicas), "--host", "0.0.0.0", "--port", "0"]
-        env = {k: v for k, v in os.environ.items() if k.startswith(PASS_ENV_PREFIXES)}
+        env = {k: v for k, v in child_environment().items() if k.startswith(PASS_ENV_PREFIXES)}
         env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role, "PRIMUS_REPLICA_INDEX": str(index),
-                    "PRIMUS_REPLICAS": str(replicas), "PRIMUS_CPU": str(cpu), "PRIMUS_MEMORY": str(int(memory)),
-                    "PRIMUS_YARN_SCHEDULER": self.client.scheduler_address()})  # fmt: skip
+                    "PRIMUS_REPLICAS": str(replicas), "PRIMUS_CPU": str(cpu), "PRIMUS_MEMORY": str(int(memory))})  # fmt: skip
         app_id = self.client.new_application()["application-id"]
         tags = [_tag("job", self.job.name), _tag("role", role), _tag("worker", index)]
         self.client.submit(submission_context(app_id, f"{self.job.name}-{role}-{index}", command, cpu, memory,
-                                              self.queue, tags, env, spec.max_restarts + 1, self.python))  # fmt: skip
+                                              self.queue, tags, env, spec.max_restarts + 1, self.python,
+                                              scheduler=self.client.scheduler_address()))  # fmt: skip
         return app_id
 
     def _kill(self, app: dict) -> None:

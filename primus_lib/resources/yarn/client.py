@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import getpass
 import math
-import os
 import re
 import shlex
 from urllib.parse import urlsplit
@@ -29,12 +28,12 @@ class YarnClient:
     """A client of one ResourceManager's REST API (``url`` = http://HOST:PORT of the RM web app).
 
     ``user`` is sent as ``user.name`` (Hadoop's pseudo authentication, which an RM with simple
-    auth and no anonymous access requires for writes): PRIMUS_YARN_USER, else the OS user."""
+    auth and no anonymous access requires for writes): the cluster's ``user`` in the spec, else the OS user."""
 
     def __init__(self, url: str, session: requests.Session | None = None, timeout: float = 30.0,
                  user: str | None = None) -> None:  # fmt: skip
         self.url, self.timeout = url.rstrip("/"), timeout
-        self.user = user or os.environ.get("PRIMUS_YARN_USER") or getpass.getuser()
+        self.user = user or getpass.getuser()
         self.session = session or requests.Session()
         self._conf: dict[str, str | None] = {}
 
@@ -124,11 +123,14 @@ class YarnClient:
 
 
 def submission_context(app_id: str, name: str, command: list[str], cpu: float, memory: float, queue: str,
-                       tags: list[str], env: dict[str, str], attempts: int, python: str) -> dict:  # fmt: skip
+                       tags: list[str], env: dict[str, str], attempts: int, python: str,
+                       scheduler: str = "") -> dict:  # fmt: skip
     """The application-submission-context (Cluster Applications API): the AM container runs our AM
-    (primus_lib.resources.yarn.am), which registers with the RM and runs ``command`` as its child."""
-    env = {**env, "PRIMUS_YARN_COMMAND": encode_command(command)}
-    am = f"{shlex.quote(python)} -m {AM_MODULE} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    (primus_lib.resources.yarn.am) with the RM's scheduler address and ``command`` (base64: no quote
+    reaches the launch script) as arguments; it registers with the RM and runs ``command`` as its child."""
+    where = f" --scheduler {shlex.quote(scheduler)}" if scheduler else ""
+    am = (f"{shlex.quote(python)} -m {AM_MODULE}{where} --command {encode_command(command)} "
+          "1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")  # fmt: skip
     check_launch_script(env, am)
     return {
         "application-id": app_id, "application-name": name, "application-type": APP_TYPE, "queue": queue,
@@ -148,7 +150,7 @@ def check_launch_script(env: dict[str, str], command: str) -> None:
     ``"``, ``\\``, ``$``, backquote, ``{{``, ``}}`` or control character there would be shell code.
     Refused (whichever way a Hadoop version writes the script, what is left means the same), naming
     the variable but not showing its value (it may be a secret). The role's own command travels
-    base64-encoded (PRIMUS_YARN_COMMAND); the AM's interpreter path is shlex-quoted."""
+    base64-encoded (the AM's ``--command``); the AM's interpreter path is shlex-quoted."""
     for key, value in [*env.items(), ("(the AM command)", command)]:
         if key in env and not ENV_NAME.fullmatch(key):
             raise ResourceError(f"YARN container environment: expected a variable name, found {key!r}")
