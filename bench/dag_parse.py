@@ -110,8 +110,7 @@ def generate(root: Path, specs: int) -> tuple[Path, dict[str, str]]:
     for i in range(specs):
         (jobs / f"job-{i:03d}.yaml").write_text(text.replace("name: ctr-demo", f"name: job-{i:03d}"))
     dags.mkdir()
-    for name in ("primus_dags.py", ".airflowignore"):  # the factory is the installed package's
-        shutil.copy2(ROOT / "dags" / name, dags / name)
+    shutil.copy2(ROOT / "dags" / "primus_dags.py", dags / "primus_dags.py")  # the factory is the installed package's
     env = {"PRIMUS_JOBS_DIR": str(jobs)}
     subprocess.run([sys.executable, str(dags / "primus_dags.py")], env={**os.environ, **env}, check=True,
                    capture_output=True)  # fmt: skip
