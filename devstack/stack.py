@@ -105,6 +105,7 @@ class Stack:
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.worker_log_port),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.trigger_log_port),
             "AIRFLOW_CONN_PRIMUS_AIRFLOW_API": self.airflow.connection(),
+            "PRIMUS_SECRETS_DIR": str(self.secrets_dir()),  # the same connection for `primus backfill`
             "PRIMUS_ROOT": str(ROOT),
             "PRIMUS_HOME": str(s.dir / "primus"),
             "PRIMUS_DATA": str(s.dir / "data"),
@@ -118,6 +119,13 @@ class Stack:
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+
+    def secrets_dir(self) -> Path:
+        """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json``."""
+        directory = self.s.dir / "secrets"
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (directory / "primus_airflow_api.json").write_text(self.airflow.connection())
+        return directory
 
     def write_client_files(self) -> None:
         env = self.client_env()

@@ -53,4 +53,4 @@ def test_every_secret_the_values_name_is_created_in_the_guide():
     for item in VALUES["secret"]:  # the key each env var reads is the one the guide creates
         assert re.search(rf"secret generic {item['secretName']}[^\n]*(\n[^\n]*)?--from-literal={item['secretKey']}=",
                          DOC), item  # fmt: skip
-    assert {s["envName"] for s in VALUES["secret"]} >= {"AWS_ACCESS_KEY_ID", "PRIMUS_DATABASE"}
+    assert {s["envName"] for s in VALUES["secret"]} >= {"AIRFLOW_CONN_PRIMUS_STORAGE_DEFAULT", "PRIMUS_DATABASE"}

@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API_
 export PRIMUS_JOBS_DIR="${PRIMUS_JOBS_DIR:-$PRIMUS_ROOT/config/jobs}"
 export PRIMUS_DATA="${PRIMUS_DATA:-$PRIMUS_ROOT/.primus/data}"
 export PRIMUS_HOME="${PRIMUS_HOME:-$PRIMUS_ROOT/.primus}"
-# Optional knobs of the DAG factory:
-# PRIMUS_POLL_INTERVAL (s, default 30)  PRIMUS_SOURCE_TIMEOUT (s, default 21600)  PRIMUS_MAX_ACTIVE_RUNS (default 3)
+# The DAG's knobs are spec fields (spec.airflow: poll_interval, source_timeout, max_active_runs;
+# docs/spec.md); every variable Primus reads is in docs/settings.md.
 # For `primus backfill --api`:
 export PRIMUS_AIRFLOW_API="${PRIMUS_AIRFLOW_API:-http://127.0.0.1:${AIRFLOW__API__PORT}}"

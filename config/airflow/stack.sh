@@ -15,5 +15,6 @@ export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=True
 # The simple auth manager: user admin (role admin); its password is kept in
 # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (the stack writes a fixed one).
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"
-# Windows are polled, not pushed: a short poll keeps the demo's idle time low.
-export PRIMUS_POLL_INTERVAL="${PRIMUS_POLL_INTERVAL:-2}"
+# Windows are polled, not pushed: a short poll keeps the demo's idle time low (the demo spec's
+# spec.airflow.poll_interval expands this variable).
+export PRIMUS_POLL_INTERVAL="${PRIMUS_POLL_INTERVAL:-2s}"
