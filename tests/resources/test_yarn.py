@@ -386,3 +386,16 @@ def test_idleness_and_errors_come_from_the_rm(yarn_cluster, rm, job_env, tmp_pat
     assert memory <= metrics["totalMB"] * MIB
     with pytest.raises(ResourceError, match="404|400"):
         rm.kill("application_1_999999")
+
+
+def test_the_am_takes_the_scheduler_and_the_command_as_arguments_only(monkeypatch):
+    from primus_lib.resources.yarn.am import parse_args
+    from primus_lib.resources.yarn.ipc import encode_command
+
+    command = ["python", "-c", 'print("$HOME")']
+    monkeypatch.setenv("PRIMUS_YARN_COMMAND", encode_command(["never", "read"]))
+    assert parse_args(["--scheduler", "rm:8030", "--command", encode_command(command)]) == ("rm:8030", command)
+    assert parse_args(["--scheduler", "rm:8030", "--", "sleep", "1"]) == ("rm:8030", ["sleep", "1"])
+    assert parse_args([]) == ("", [])  # main() answers with the usage line and exit 2
+    with pytest.raises(SystemExit, match="unexpected argument '--bogus'"):
+        parse_args(["--bogus"])
