@@ -39,7 +39,7 @@ from primus_lib.paths import JobPaths, window_id  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
 from primus_lib.train.batch import to_batch  # noqa: E402
 from primus_lib.train.replay import TableStreamReader, batch_window, stream_file  # noqa: E402
-from primus_lib.train.steps import Stepper  # noqa: E402
+from primus_lib.train.steps import LocalStepper  # noqa: E402
 from primus_lib.train.trainer import Trainer, TrainerOptions  # noqa: E402
 
 # Rows per hourly window: the trainer checkpoints once per consumed window (progress.json, which
@@ -130,7 +130,7 @@ def setup(tmp: Path, windows: list | None = None):
 
 def steps_only(job, events, mode: str) -> float:
     """Pure step throughput on identical pre-built minibatches (half batch, half stream)."""
-    stepper = Stepper(job, mode=mode)
+    stepper = LocalStepper(job, mode=mode)
     size = job.spec.training.batch_size
     batches = [to_batch(events.slice(i, size), job.spec.features) for i in range(0, events.num_rows - size, size)]
     for b in batches[:4]:
@@ -193,7 +193,7 @@ def bare_torchrec(job, batches: list, mode: str) -> tuple[float, float, float]:
     FusedEmbeddingBagCollection, row-wise Adagrad in backward, one Adam per tower, the mode's
     losses) called in a plain loop over in-memory minibatches; no reader, accounting, metrics
     or checkpoints. Returns samples per second, per CPU second, per CPU second of this thread."""
-    stepper = Stepper(job, mode=mode)
+    stepper = LocalStepper(job, mode=mode)
     began, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
     rows = 0
     for kind, b in batches:

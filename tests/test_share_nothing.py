@@ -222,8 +222,8 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
 
     def trainer(name: str, idle_exit: int, step_delay: float) -> subprocess.Popen:
         args = ["-m", "primus_lib.cli.main", "train", "job.yaml", "--checkpoint-steps", "3", "--poll-interval",
-                "0.1", "--idle-exit", str(idle_exit), "--sample-log", str(log)]  # fmt: skip
-        return roles.start(name, args, {"PRIMUS_TRAIN_STEP_DELAY": str(step_delay)})
+                "0.1", "--idle-exit", str(idle_exit), "--sample-log", str(log), "--step-delay", str(step_delay)]  # fmt: skip
+        return roles.start(name, args)
 
     def window(hour: int, kill_a_task: bool = False) -> None:
         start = (START + timedelta(hours=hour)).strftime("%Y-%m-%dT%H:%M:%SZ")

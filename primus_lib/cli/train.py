@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="append the sample ids of each step to PATH (PATH.rank<r> per rank), for exactly-once checks",
     )
+    parser.add_argument(
+        "--step-delay", type=float, default=0.0, metavar="S", help="sleep S seconds after each step (fault tests)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         idle_exit=args.idle_exit,
         switch_at=switch_at,
         sample_log=args.sample_log,
+        step_delay=args.step_delay,
     )
     summary = run_trainer(job, options)
     print(summary)

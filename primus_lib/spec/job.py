@@ -126,7 +126,7 @@ class JobSpec(SpecModel):
     timer: TimerSpec
     dataset: DatasetSpec
     features: FeaturesSpec
-    model: ModelSpec
+    model: ModelSpec = ModelSpec()
     training: TrainingSpec = TrainingSpec()
     resources: ResourcesSpec
     scaling: ScalingSpec = ScalingSpec()

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import Duration
 
 TrainingMode = Literal["mtrm", "single_tower", "offline", "online", "offline_then_online"]
-CompleteLabelPass = Literal["off", "tower", "tables"]
-COMPLETE_LABEL_PASSES: tuple[str, ...] = get_args(CompleteLabelPass)
-AdaptInit = Literal["independent", "memory"]
-ADAPT_INITS: tuple[str, ...] = get_args(AdaptInit)
-
-
-def complete_label_pass_name(value: object) -> object:
-    """Spec files written before the pass had two kinds said true/false: still read, as tower/off."""
-    if isinstance(value, bool):
-        return "tower" if value else "off"
-    return value
+ServedOutput = Literal["mixture", "mean", "adapt", "memory"]
+StreamCorrection = Literal["likelihood", "none"]
+ShardingType = Literal["table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise"]
+# model fields of earlier designs: a spec that still sets one gets told so, not "unknown field"
+REMOVED_MODEL_FIELDS = (
+    "embedding_updates", "soft_after_rows", "batch_embedding_scale", "complete_label_pass",
+    "complete_label_weight", "h_aux", "adapt_init",
+)  # fmt: skip
 
 
 class SparseFeature(SpecModel):
@@ -43,84 +40,67 @@ class FeaturesSpec(SpecModel):
 
 
 class ModelSpec(SpecModel):
-    embedding_dim: int = Field(16, gt=0)
-    memory_tower: list[int] = Field(min_length=1)
-    adapt_tower: list[int] = Field(min_length=1)
-    embedding_updates: Literal["batch", "stream", "both"] = Field(
-        "both", description="Which minibatch kinds update the shared embeddings."
+    """MTRM's network (docs/training.md): the memory tower trains on every row the mode reads, the adapt
+    tower on stream rows only, reading the memory tower's logit (``h_aux``) without gradient."""
+
+    embedding_dim: int = Field(16, gt=0, description="Width of every embedding table's rows.")
+    memory_tower: list[int] = Field(
+        default_factory=lambda: [128, 64],
+        min_length=1,
+        description="Hidden sizes of the memory tower (the one tower of single-tower modes).",
     )
-    serve: Literal["adapt", "memory", "blend"] = Field(
-        "adapt",
-        description="MTRM's served output: a tower, or blend (a * adapt + b * memory + bias in logits, "
-        "fitted on batch steps' complete labels).",
+    adapt_tower: list[int] = Field(
+        default_factory=lambda: [128, 64], min_length=1, description="Hidden sizes of MTRM's adapt tower."
     )
-    stream_correction: Literal["none", "likelihood", "soft"] = Field(
-        "soft",
-        description="MTRM's delayed-feedback correction of the stream (real-time) label on the adapt tower "
-        "(docs/training.md).",
+    serve: ServedOutput = Field(
+        "mixture",
+        description="MTRM's served output: the mixture of its towers and their mean in logits, weighted by how "
+        "each scored on complete labels (progressive validation in the trainer); or the mean, or one tower "
+        "(single-tower modes serve their tower).",
     )
-    soft_after_rows: int = Field(
-        0,
-        ge=0,
-        description="MTRM with stream_correction soft: use likelihood instead until the memory tower has trained "
-        "on this many complete-labelled (batch) rows; soft leans on the memory tower's odds, which a cold "
-        "start does not have yet (docs/training.md).",
-    )
-    batch_embedding_scale: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="MTRM: batch steps' gradient on the shared embeddings is scaled by this (the value seen is "
-        "unchanged; 1: as the stream's; docs/training.md).",
-    )
-    complete_label_pass: CompleteLabelPass = Field(
-        "off",
-        description="MTRM: batch rows (complete labels) also train the served adapt tower. tower: its weights "
-        "only (tables detached); tables: its weights and, through it, the shared tables, which the memory "
-        "tower then reads without moving (docs/training.md).",
-    )
-    complete_label_weight: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="MTRM: the complete-label pass's loss is weighted by this against the memory tower's (the "
-        "served tower has seen each batch row once already, on the stream; docs/training.md).",
-    )
-    h_aux: Literal["logit", "hidden", "hidden+logit", "none"] = Field(
-        "logit",
-        description="MTRM: what the adapt tower gets from the memory tower (Algorithm 1's h_aux, computed "
-        "without gradient): its logit, its last hidden layer, both, or nothing.",
+    stream_correction: StreamCorrection = Field(
+        "likelihood",
+        description="Every mode's loss on stream rows, whose real-time label misses late clicks: likelihood fits "
+        "the complete-label probability through P(real-time click) = c p, c estimated from the click rates; none: "
+        "plain BCE.",
     )
 
-    adapt_init: AdaptInit = Field(
-        "independent",
-        description="MTRM: the adapt tower's initial weights: drawn on their own, or a copy of the memory tower's "
-        "(h_aux inputs at zero weight; needs adapt_tower equal to memory_tower), so the served tower starts where "
-        "a single tower of the same seed starts (docs/training.md, tenth round).",
-    )
-
-    _pass_from_bool = field_validator("complete_label_pass", mode="before")(complete_label_pass_name)
-
-    @model_validator(mode="after")
-    def _adapt_init_shapes(self) -> ModelSpec:
-        if self.adapt_init == "memory" and self.adapt_tower != self.memory_tower:
-            raise ValueError(
-                f"adapt_init: memory copies the memory tower's weights: adapt_tower must equal memory_tower "
-                f"({self.memory_tower}), got {self.adapt_tower}"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for name in REMOVED_MODEL_FIELDS:
+                if name in data:
+                    raise ValueError(f"{name}: removed in the MTRM of docs/training.md (one default): delete it")
+        return data
 
 
 class TrainingSpec(SpecModel):
     mode: TrainingMode = "mtrm"
     batch_size: int = Field(512, gt=0)
-    learning_rate: float = Field(0.01, gt=0)
+    learning_rate: float = Field(
+        0.004, gt=0, description="Adam's rate on the towers (chosen on the development worlds for every mode)."
+    )
     sparse_learning_rate: float = Field(
         0.5,
         gt=0,
         description="Row-wise Adagrad's rate on the embedding rows (default 0.5, chosen on the backtest's "
         "development seeds for every mode; learning_rate barely moves them).",
     )
-    priority: dict[str, float] = Field(default_factory=dict, description="Importance weight per stream.")
+    priority: dict[str, float] = Field(
+        default_factory=dict,
+        description="Importance weight per stream (default 1): each ready buffer's share of the rows trained is "
+        "proportional to weight * sigmoid(queued minibatches).",
+    )
     checkpoint_interval: Duration | None = Field(None, description="Default: after every batch window.")
     seed: int = 0
+    sharding: Literal["replicate", "dmp"] = Field(
+        "replicate",
+        description="Embedding tables of a trainer with several ranks (torchrun): every rank holds them all "
+        "(replicate), or TorchRec's DistributedModelParallel shards them across ranks (dmp).",
+    )
+    sharding_types: list[ShardingType] | None = Field(
+        None,
+        description="dmp: the sharding types the planner may choose (default: table_wise on the CPU, "
+        "table_wise/row_wise/column_wise/table_row_wise on CUDA).",
+    )

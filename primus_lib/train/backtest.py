@@ -30,15 +30,14 @@ from pydantic import ValidationError
 
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.spec.job import PrimusJob
-from primus_lib.spec.training import ADAPT_INITS, COMPLETE_LABEL_PASSES
 from primus_lib.timegrid import parse_utc
 from primus_lib.train.eval_sources import EvalInputError
 from primus_lib.train.loop import Trainer
-from primus_lib.train.model import ModelOptions
 from primus_lib.train.modes import MODES
+from primus_lib.train.objective import StepConfig
 from primus_lib.train.options import TrainerOptions
 from primus_lib.train.report import Report
-from primus_lib.train.steps import Stepper
+from primus_lib.train.steps import LocalStepper
 from primus_lib.train.timeline import COMPLETE, HourlyWorld, Timeline, WindowStore, load_timeline
 
 __all__ = ["BASE_MODES", "COMPLETE", "BacktestOptions", "RunConfig", "RunResult", "load_timeline", "run_backtest",
@@ -48,28 +47,42 @@ _STORE: WindowStore | None = None  # committed batch windows, shared by runs ove
 _VARIANT = re.compile(r"^([a-z_]+)(?:\[(.*)\])?$")
 
 
+def _flag(value: str) -> bool:
+    return value in ("1", "true", "yes")
+
+
+def _sizes(value: str) -> list[int]:
+    return [int(x) for x in value.split("-")]
+
+
+# key of a variant -> (RunConfig field, parser)
+_KEYS = {
+    "lr": ("lr", float),
+    "sparse_lr": ("sparse_lr", float),
+    "serve": ("serve", str),
+    "corr": ("corr", str),
+    "c": ("c", lambda v: v if v == "oracle" else float(v)),
+    "adapt": ("adapt", _sizes),
+    "memory": ("memory", _sizes),
+    "prio": ("prio", float),
+    "flush": ("flush", _flag),
+}
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """One mode, possibly with ablation overrides: ``mtrm[emb=batch,lr=0.003]``."""
+    """One mode, possibly a variant: ``single_tower[lr=0.01]``, ``mtrm[serve=adapt,corr=none]``."""
 
     name: str
     mode: str
-    emb: str | None = None
-    serve: str | None = None
-    lr: float | None = None
-    sparse_lr: float | None = None
-    residual: bool = False
-    aux: str | None = None  # MTRM's h_aux (None: the spec's)
-    adapt: list[int] | None = None
+    lr: float | None = None  # spec.training.learning_rate
+    sparse_lr: float | None = None  # spec.training.sparse_learning_rate
+    serve: str | None = None  # spec.model.serve (MTRM)
+    corr: str | None = None  # spec.model.stream_correction
+    c: float | str | None = None  # a known completeness (share of clicks the real-time label sees), or "oracle"
+    adapt: list[int] | None = None  # tower sizes
     memory: list[int] | None = None
-    prio: float | None = None  # stream weight (batch weight 1)
-    corr: str | None = None  # MTRM's stream_correction (none | likelihood | soft)
-    second: str | None = None  # MTRM's complete_label_pass: off | tower | tables (1/0: tower/off)
-    bemb: float | None = None  # MTRM's batch_embedding_scale
-    cw: float | None = None  # MTRM's complete_label_weight
-    softafter: int | None = None  # MTRM's soft_after_rows (soft waits for this many memory-tower rows)
-    init: str | None = None  # MTRM's adapt_init: independent | memory
-    c: float | None = None  # a fixed completeness (the share of clicks the real-time label sees)
+    prio: float | None = None  # the stream's priority weight (the batch's: 1)
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
 
     @classmethod
@@ -80,44 +93,22 @@ class RunConfig:
         config = cls(name=text.strip(), mode=match.group(1))
         for item in filter(None, (match.group(2) or "").split(",")):
             key, _, value = item.partition("=")
-            conv = {
-                "emb": str,
-                "serve": str,
-                "lr": float,
-                "sparse_lr": float,
-                "residual": lambda v: v in ("1", "true", "yes"),
-                "aux": str,
-                "adapt": lambda v: [int(x) for x in v.split("-")],
-                "memory": lambda v: [int(x) for x in v.split("-")],
-                "prio": float,
-                "flush": lambda v: v in ("1", "true", "yes"),
-                "corr": str,
-                "second": _complete_label_pass,
-                "bemb": float,
-                "cw": float,
-                "softafter": int,
-                "init": _adapt_init,
-                "c": float,
-            }
-            if key not in conv:
-                raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(conv)})")
-            config = replace(config, **{key: conv[key](value)})
+            if key not in _KEYS:
+                raise ValueError(f"--modes: {text!r}: unknown key {key!r} (known: {sorted(_KEYS)})")
+            field_name, parse = _KEYS[key]
+            try:
+                config = replace(config, **{field_name: parse(value)})
+            except ValueError:
+                raise ValueError(f"--modes: {text!r}: {key}={value!r} is not a valid value") from None
         return config
 
-
-def _complete_label_pass(value: str) -> str:
-    """``second=``: off | tower | tables (1/true read as tower, 0/false as off, as in the spec)."""
-    value = {"1": "tower", "true": "tower", "yes": "tower", "0": "off", "false": "off", "no": "off"}.get(value, value)
-    if value not in COMPLETE_LABEL_PASSES:
-        raise ValueError(f"--modes: second={value!r}: expected one of {'|'.join(COMPLETE_LABEL_PASSES)}")
-    return value
-
-
-def _adapt_init(value: str) -> str:
-    """``init=``: independent | memory (``spec.model.adapt_init``)."""
-    if value not in ADAPT_INITS:
-        raise ValueError(f"--modes: init={value!r}: expected one of {'|'.join(ADAPT_INITS)}")
-    return value
+    def step_config(self, job: PrimusJob, timeline: Timeline, seed: int) -> StepConfig:
+        """The run's StepConfig: the spec's, with this variant's overrides."""
+        known = oracle_completeness(job, timeline) if self.c == "oracle" else self.c
+        return StepConfig.resolve(
+            job, mode=self.mode, serve=self.serve, correction=self.corr, learning_rate=self.lr,
+            sparse_learning_rate=self.sparse_lr, seed=seed, completeness=known,
+        )  # fmt: skip
 
 
 @dataclass
@@ -180,22 +171,7 @@ def run_one(
     after each hour. ``model_seed`` (default ``seed``) draws the model's start; the result keeps ``seed``."""
     began = time.perf_counter()
     job = _configured(job, config)
-    stepper = Stepper(
-        job,
-        mode=config.mode,
-        options=ModelOptions(aux=config.aux, adapt_residual=config.residual),
-        embedding_updates=config.emb,
-        serve=config.serve,
-        learning_rate=config.lr,
-        sparse_learning_rate=config.sparse_lr,
-        seed=seed if model_seed is None else model_seed,
-        stream_correction=config.corr,
-        complete_label_pass=config.second,
-        batch_embedding_scale=config.bemb,
-        complete_label_weight=config.cw,
-        soft_after_rows=config.softafter,
-        completeness=config.c,
-    )
+    stepper = LocalStepper(job, config.step_config(job, timeline, seed if model_seed is None else model_seed))
     global _STORE
     if store is None:
         store = _STORE = _STORE or WindowStore()
@@ -222,8 +198,22 @@ def run_one(
                      time.perf_counter() - began)  # fmt: skip
 
 
+def oracle_completeness(job: PrimusJob, timeline: Timeline) -> float:
+    """The share of the complete label's clicks that the stream's real-time label sees, read from the
+    whole timeline: what a mode that never sees complete labels (online) cannot estimate itself."""
+    label = job.spec.features.label
+    seen = total = 0.0
+    for rows in timeline.stream:
+        complete = rows.column(COMPLETE).to_numpy(zero_copy_only=False)
+        realtime = rows.column(label).to_numpy(zero_copy_only=False)
+        known = ~np.isnan(complete.astype(np.float64))
+        seen += float((realtime[known] * complete[known]).sum())
+        total += float(complete[known].sum())
+    return min(1.0, seen / total) if total else 1.0
+
+
 def _configured(job: PrimusJob, config: RunConfig) -> PrimusJob:
-    """The job with the run's tower sizes, adapt tower start and priority weights."""
+    """The job with the run's tower sizes and priority weights."""
     spec = job.spec
     update: dict = {}
     model: dict = {}
@@ -231,8 +221,6 @@ def _configured(job: PrimusJob, config: RunConfig) -> PrimusJob:
         model.update(
             adapt_tower=config.adapt or spec.model.adapt_tower, memory_tower=config.memory or spec.model.memory_tower
         )
-    if config.init is not None:
-        model["adapt_init"] = config.init
     if model:  # validated as a spec file's model block would be
         update["model"] = type(spec.model).model_validate({**spec.model.model_dump(), **model})
     if config.prio is not None:

@@ -24,7 +24,7 @@ from primus_lib.progress import write_progress
 from primus_lib.train.batch import Batch
 from primus_lib.train.checkpoint import check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.inputs import Inputs
-from primus_lib.train.steps import StepResult
+from primus_lib.train.objective import StepResult
 
 
 @dataclass

@@ -38,9 +38,9 @@ from primus_lib.train.coordinator import Coordinator, Decision, Resumed, Snapsho
 from primus_lib.train.distributed import Group, bytes_table, table_bytes
 from primus_lib.train.inputs import NEVER, Inputs
 from primus_lib.train.metrics import WindowStats
+from primus_lib.train.objective import StepResult
 from primus_lib.train.priority import RowShare, priority
 from primus_lib.train.safe_load import UnsafeCheckpointError
-from primus_lib.train.steps import StepResult
 
 FLAGS = ("checkpoint", "done", "idle", "until", "batch_finished")
 
@@ -133,7 +133,7 @@ class DataParallel(Coordinator):
         return Decision(best, take, rows, flags["checkpoint"], flags["done"], flags["idle"], flags["until"])
 
     def step(self, stepper, kind: str, batch: Batch | None, global_rows: int) -> StepResult | None:
-        return stepper.step_synced(kind, batch, global_rows, self.group)
+        return stepper.step(kind, batch, global_rows, self.group)
 
     # -- checkpoints --------------------------------------------------------------------
     def save(self, snapshot: Snapshot, stepper) -> None:
@@ -144,7 +144,7 @@ class DataParallel(Coordinator):
         }
         gathered = self.group.gather(mine)
         # sharded tables: every rank writes its shards (torch.distributed.checkpoint) first
-        sharded_state = stepper.checkpoint_state(snapshot.step) if getattr(stepper, "sharded", False) else None
+        sharded_state = stepper.checkpoint_state(snapshot.step) if stepper.syncs_towers else None
         reply: dict = {"error": None, "merged": []}
         if self.rank == 0:
             try:

@@ -3,23 +3,18 @@
 A click reaches the stream's label only if it comes within the stream's label window; the
 batch window's label, joined a day later, is complete. With ``c`` the share of clicks the
 real-time label sees (missed independently of the features: the simple model),
-``P(y_rt = 1 | x) = c * P(y = 1 | x)``. MTRM's stream steps train the adapt tower, so this is
-where the correction goes (``spec.model.stream_correction``):
+``P(y_rt = 1 | x) = c * P(y = 1 | x)``. Every mode's stream steps use ``spec.model.stream_correction``:
 
-- ``likelihood``: the adapt tower outputs ``p = P(y = 1 | x)``, the complete-label probability
-  that is served; its stream loss is the likelihood of the *observed* label under the delay
-  model, ``BCE(c * p, y_rt)``. A real-time negative then costs less, since it may be a click
-  still to come.
-- ``soft``: a real-time negative is a fake one with probability ``p_M (1 - c) / (1 - c p_M)``
-  (``p_M``: the memory tower's estimate, learned on complete labels); it gets that soft target.
+- ``likelihood`` (the default): a tower outputs ``p = P(y = 1 | x)``, the complete-label
+  probability that is served; its stream loss is the likelihood of the *observed* label under the
+  delay model, ``BCE(c * p, y_rt)``. A real-time negative then costs less, since it may be a click
+  still to come. With ``c = 1`` (no click is late) it is plain BCE.
 - ``none``: plain BCE on the real-time label (Algorithm 1 as written).
-
-``spec.model.soft_after_rows`` delays ``soft`` until the memory tower has learned something
-(``correction_now``): a cold start uses ``likelihood`` first.
 
 ``c`` comes from the labels the trainer sees anyway (``Completeness``): running click rates of
 the stream's and the batch's minibatches, ``c = stream rate / batch rate``. No column beyond
-the label is needed, so any spec can use it.
+the label is needed, so any spec can use it. A mode that never sees complete labels (online)
+has no estimate: its ``c`` stays 1 unless it is given (``primus eval``'s ``c=`` variant).
 """
 
 from __future__ import annotations
@@ -28,8 +23,6 @@ import math
 
 import torch
 from torch.nn import functional as F
-
-CORRECTIONS = ("none", "likelihood", "soft")
 
 
 class Completeness:
@@ -86,32 +79,10 @@ def likelihood_loss(logit: torch.Tensor, labels: torch.Tensor, c: float) -> torc
     return -(labels * log_pos + (1 - labels) * log_neg)
 
 
-def soft_targets(labels: torch.Tensor, memory_logit: torch.Tensor, c: float) -> torch.Tensor:
-    """Real-time positives stay 1; a negative gets ``P(click | no click yet) = p_M(1-c)/(1-c p_M)``."""
-    p = torch.sigmoid(memory_logit.detach())
-    fake = p * (1 - c) / (1 - c * p).clamp_min(1e-6)
-    return labels + (1 - labels) * fake
-
-
-def correction_now(correction: str, memory_rows: int, soft_after_rows: int) -> str:
-    """``soft`` leans on the memory tower's odds, which a cold start does not have: until the memory
-    tower has trained on ``soft_after_rows`` complete-labelled rows, ``likelihood`` (no memory tower
-    needed) stands in for it."""
-    if correction == "soft" and memory_rows < soft_after_rows:
-        return "likelihood"
-    return correction
-
-
-def stream_loss(
-    correction: str, logit: torch.Tensor, labels: torch.Tensor, c: float, memory_logit: torch.Tensor | None
-) -> torch.Tensor:
-    """Per-row loss of a stream minibatch on the adapt tower's ``logit`` (see the module docstring)."""
+def stream_loss(correction: str, logit: torch.Tensor, labels: torch.Tensor, c: float) -> torch.Tensor:
+    """Per-row loss of a stream minibatch on a tower's ``logit`` (see the module docstring)."""
     if correction == "likelihood":
         return likelihood_loss(logit, labels, c)
-    if correction == "soft":
-        if memory_logit is None:
-            raise ValueError("stream_correction 'soft' needs the memory tower's logit")
-        return F.binary_cross_entropy_with_logits(logit, soft_targets(labels, memory_logit, c), reduction="none")
     if correction == "none":
         return F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
-    raise ValueError(f"stream_correction: expected one of {CORRECTIONS}, got {correction!r}")
+    raise ValueError(f"stream_correction: expected likelihood or none, got {correction!r}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,11 +33,12 @@ from primus_lib.train.distributed import Group
 from primus_lib.train.feeds import stream_readers as choose_stream_readers
 from primus_lib.train.inputs import Inputs, Limits
 from primus_lib.train.modes import check_mode, default_switch, max_lag, reads, switches
+from primus_lib.train.objective import StepConfig
 from primus_lib.train.options import TrainerOptions
 from primus_lib.train.prefetch import Prefetcher
 from primus_lib.train.ranks import open_rank_stream_readers
 from primus_lib.train.sample_log import SampleLogWriter
-from primus_lib.train.sharded import make_stepper
+from primus_lib.train.steps import Stepper, make_stepper
 from primus_lib.train.windows import WindowAccounting
 
 log = logging.getLogger("primus.trainer")
@@ -66,15 +66,16 @@ class Trainer:
         self.registry = registry or CollectorRegistry()
         group = Group()
         self.rank, self.size = group.rank, group.size
-        # $PRIMUS_SHARDING=dmp under torchrun: tables sharded by TorchRec DMP (sharded.py)
-        self.stepper = stepper or make_stepper(job, mode=self.mode, group=group)
-        if not getattr(self.stepper, "sharded", False):  # the sharded stepper syncs its towers itself
+        # spec.training.sharding: dmp under torchrun: tables sharded by TorchRec DMP (sharded.py)
+        self.stepper: Stepper = stepper or make_stepper(job, StepConfig.resolve(job, mode=self.mode), group)
+        if not self.stepper.syncs_towers:
             group.broadcast_params(self.stepper.model)
         spec = job.spec
         window_ms = int(spec.timer.window_size.total_seconds() * 1000)
         self.coordinator: Coordinator = coordinator or self._coordinator(group, window_ms, clock)
         self.features = spec.features
         self.id_column = spec.features.id or _first_key(job)
+        self.ids_column: str | None = None  # row ids: for the sample log and MTRM's delayed validation
         switch = options.switch_at or default_switch(job)
         limits = Limits(
             until_ms=epoch_ms(parse_window_id(options.until_window)) if options.until_window else None,
@@ -114,8 +115,10 @@ class Trainer:
         interval = spec.training.checkpoint_interval
         self.checkpoint_every_s = interval.total_seconds() if interval else None
         self.sample_log = SampleLogWriter(options.sample_log, self.rank if group.active else None)
+        if self.sample_log.enabled or self.stepper.config.two_towers:
+            self.ids_column = self.id_column
         self.input_metrics = self._input_metrics()  # the scaler's trainer signals (input_metrics.py)
-        self.step_delay = options.step_delay or float(os.environ.get("PRIMUS_TRAIN_STEP_DELAY", "0"))
+        self.step_delay = options.step_delay
 
     def _coordinator(self, group: Group, window_ms: int, clock: Callable[[], float]) -> Coordinator:
         checkpoints, progress = self.paths.checkpoints, self.paths.progress
@@ -191,7 +194,7 @@ class Trainer:
         rows, prepared = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
         if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
-        ids = self.id_column if self.sample_log.enabled else None  # row ids only feed the sample log
+        ids = self.ids_column
         if prepared is not None:
             batch = prepared.batch
         else:
@@ -211,7 +214,7 @@ class Trainer:
 
     def prepare(self, kind: str, rows) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        batch = to_batch(rows, self.features, self.id_column if self.sample_log.enabled else None)
+        batch = to_batch(rows, self.features, self.ids_column)
         return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, rows, batch.ts))
 
     def until_reached(self) -> bool:

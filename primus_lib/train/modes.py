@@ -1,16 +1,7 @@
-"""The training modes, defined once: which data each reads, which towers it trains, when
+"""The training modes, defined once: which data each reads, how many towers it trains, when
 offline_then_online switches. Read by the spec checks, the trainer, the CLI and the backtest,
-so a mode cannot mean one thing in ``primus train`` and another in ``primus eval``.
-
-=====================  ======================  ======================  =============
-mode                   batch minibatch         stream minibatch        served output
-=====================  ======================  ======================  =============
-mtrm                   memory tower            adapt tower (h_aux)     spec.model.serve
-single_tower           the tower               the tower               the tower
-offline                the tower               (not read)              the tower
-online                 (not read)              the tower               the tower
-offline_then_online    the tower until switch  the tower after switch  the tower
-=====================  ======================  ======================  =============
+so a mode cannot mean one thing in ``primus train`` and another in ``primus eval``; what each
+minibatch kind trains is ``objective.py``'s table.
 
 Free of torch: the CLI imports it to check ``--mode`` before loading anything heavy.
 """
@@ -68,20 +59,3 @@ def default_switch(job: PrimusJob) -> datetime:
 
 
 KINDS = ("batch", "stream")
-
-
-def graph_for(mode: str, kind: str) -> str:
-    """Which tower a minibatch of ``kind`` trains in ``mode`` (Algorithm 1's routing)."""
-    if kind not in KINDS:
-        raise ValueError(f"minibatch kind: expected one of {KINDS}, got {kind!r}")
-    return "adapt" if two_towers(mode) and kind == "stream" else "memory"
-
-
-def updates_embeddings(mode: str, embedding_updates: str, kind: str) -> bool:
-    """Single-tower modes always move the tables; MTRM as ``spec.model.embedding_updates`` says."""
-    return not two_towers(mode) or embedding_updates in ("both", kind)
-
-
-def served_output(mode: str, serve: str) -> str:
-    """The tower whose output is served: ``spec.model.serve`` in MTRM, the one tower otherwise."""
-    return serve if two_towers(mode) else "memory"

@@ -19,6 +19,6 @@ class TrainerOptions:
     sample_log: Path | None = None  # --sample-log: the sample ids of each step (sample_log.py)
     high_water: int = 4  # minibatches a buffer reads ahead
     prefetch: bool = True  # read the feeds in a background thread
-    step_delay: float = 0.0  # test aid (PRIMUS_TRAIN_STEP_DELAY): sleep after each step
+    step_delay: float = 0.0  # test aid (primus train --step-delay): sleep after each step
     flush_grace: float | None = None  # seconds a drained batch feed waits before a partial step; None: poll_interval
     metrics: bool = True  # the scaler's input metrics (snapshots, an HTTP endpoint); off in the backtest

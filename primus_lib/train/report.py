@@ -27,8 +27,9 @@ class Report:
         labels = np.concatenate(result.labels) if result.labels else np.zeros(0)
         served = np.concatenate(result.probs["served"]) if result.labels else np.zeros(0)
         out = {"auc": auc(labels, served), "logloss": logloss(labels, served), "samples": int(labels.size)}
-        if result.probs.get("memory"):
-            out["other_output_auc"] = auc(labels, np.concatenate(result.probs["memory"]))
+        for tower in ("memory", "adapt"):  # MTRM: each tower alone
+            if result.probs.get(tower):
+                out[f"{tower}_auc"] = auc(labels, np.concatenate(result.probs[tower]))
         window_aucs = [w["auc"] for w in result.windows if w["auc"] is not None]
         out["mean_window_auc"] = float(np.mean(window_aucs)) if window_aucs else None
         return out
@@ -41,7 +42,7 @@ class Report:
                 continue
             per_seed = [self.overall(r) for r in runs]
             entry: dict = {"seeds": [r.seed for r in runs], "samples": per_seed[0]["samples"]}
-            for metric in ("auc", "logloss", "mean_window_auc", "other_output_auc"):
+            for metric in ("auc", "logloss", "mean_window_auc", "memory_auc", "adapt_auc"):
                 values = [s[metric] for s in per_seed if s.get(metric) is not None]
                 if values:
                     entry[metric] = float(np.mean(values))
@@ -90,6 +91,8 @@ class Report:
             "label": "complete (clicks joined later); the stream trains on the real-time label",
             "data_seeds": options.data_seeds,
             "model_seed_offset": options.model_seed_offset,
+            "world": options.world if options.data_seeds else None,
+            "capacity": options.capacity,
             "modes": self.summary(),
             "mtrm_auc_minus": self.paired(),
             "windows": self.windows(),

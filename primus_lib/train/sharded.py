@@ -1,9 +1,9 @@
 """The MTRM model with its embedding tables sharded by TorchRec's DistributedModelParallel.
 
 The data-parallel trainer (``distributed.py``) replicates every table on every rank; this
-module is the path for tables that outgrow a host. ``ShardedStepper`` has the data-parallel
-``Stepper``'s interface (``graph_for``, ``step_synced``, ``predict``, ``model``,
-``optimizers``) so the trainer's control loop drives it unchanged:
+module is the path for tables that outgrow a host (``spec.training.sharding: dmp`` under torchrun).
+``ShardedStepper`` is a ``steps.Stepper`` on the same ``StepConfig`` and ``objective.forward`` as the
+local one, so the trainer's control loop drives it unchanged:
 
 - **Tables** are a ``ShardedEmbeddingBagCollection`` placed by an ``EmbeddingShardingPlanner``:
   ``table_wise`` only on the CPU/gloo (what works there), on CUDA the planner chooses among
@@ -21,10 +21,9 @@ module is the path for tables that outgrow a host. ``ShardedStepper`` has the da
   gradients of exactly the tower a step trains are summed with one flat all-reduce
   (``Group.reduce_grads``), as on the replicated path: Algorithm 1's separation holds by
   construction (tested bit-equal on every rank).
-- **Embedding updates** (``spec.model.embedding_updates``): the fused optimizer updates on
-  every backward that reaches the tables, so a step whose kind must not update them detaches
-  the pooled embeddings (every rank takes the same kind of step: the all-to-all still runs
-  forward, no gradient goes back).
+- **Embedding updates**: the fused optimizer updates on every backward that reaches the tables;
+  the adapt tower reads them detached (``objective.forward``), so only the memory tower's loss
+  moves them, on every rank alike.
 - **Zero-row ranks**: every rank must join each step's all-to-alls. A rank with no rows
   joins with one dummy row (ids 0, dense 0) whose loss weight is 0: it contributes zero
   gradient to the towers and to row 0 of each table (row-wise Adagrad leaves a row with a
@@ -52,12 +51,11 @@ from torch import nn
 
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train import delayed, modes
 from primus_lib.train.batch import Batch
 from primus_lib.train.distributed import Group
-from primus_lib.train.model import ModelOptions, TwoTowerModel
+from primus_lib.train.model import TwoTowerModel
+from primus_lib.train.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
 from primus_lib.train.sharded_checkpoint import MODELS, prune_models
-from primus_lib.train.steps import StepResult, batch_rows_loss
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -65,57 +63,27 @@ logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
 CPU_SHARDING_TYPES = ("table_wise",)
 CUDA_SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise")
 CPU_CAPABLE = ("table_wise", "column_wise", "table_column_wise")  # the CPU kernels (row_wise & co: CUDA only)
-KNOWN_TYPES = (*CUDA_SHARDING_TYPES, "table_column_wise")
-SHARDING_ENV = "PRIMUS_SHARDING"  # replicate (default) | dmp
-TYPES_ENV = "PRIMUS_SHARDING_TYPES"  # comma list overriding sharding_types()
 
 
-def sharding_types(device: torch.device) -> tuple[str, ...]:
-    """The sharding types the planner may choose on ``device`` (``$PRIMUS_SHARDING_TYPES`` overrides).
+def sharding_types(device: torch.device, wanted: list[str] | None = None) -> tuple[str, ...]:
+    """The sharding types the planner may choose on ``device`` (``spec.training.sharding_types`` overrides).
 
     Default: table_wise on the CPU (gloo), table/row/column/table_row_wise on CUDA. data_parallel is
     never offered: the in-backward optimizer does not train data-parallel tables.
     """
-    raw = os.environ.get(TYPES_ENV, "").strip()
-    if not raw:
+    if not wanted:
         return CUDA_SHARDING_TYPES if device.type == "cuda" else CPU_SHARDING_TYPES
-    types = tuple(t.strip() for t in raw.split(",") if t.strip())
-    unknown = [t for t in types if t not in KNOWN_TYPES]
-    if unknown:
-        raise ValueError(f"${TYPES_ENV}: unknown sharding types {unknown}; expected some of {list(KNOWN_TYPES)}")
     if device.type != "cuda":
-        cuda_only = [t for t in types if t not in CPU_CAPABLE]
+        cuda_only = [t for t in wanted if t not in CPU_CAPABLE]
         if cuda_only:
-            raise ValueError(f"${TYPES_ENV}: {cuda_only} need CUDA kernels; on the CPU use {list(CPU_CAPABLE)}")
-    return types
-
-
-def make_stepper(job: PrimusJob, *, mode: str | None = None, group: Group | None = None, options=None):
-    """The trainer's Stepper: DMP-sharded when ``$PRIMUS_SHARDING=dmp`` under torchrun, else the
-    existing one (replicated tables with several ranks, the fused collection in one process)."""
-    from primus_lib.train.steps import Stepper
-
-    choice = os.environ.get(SHARDING_ENV, "replicate").strip().lower()
-    if choice not in ("replicate", "dmp"):
-        raise ValueError(f"${SHARDING_ENV}: expected 'replicate' or 'dmp', got {choice!r}")
-    group = group or Group()
-    if choice == "dmp" and group.active:
-        from primus_lib.paths import JobPaths
-
-        return ShardedStepper(job, mode=mode, options=options, checkpoint_root=JobPaths.for_job(job).checkpoints)
-    if group.active and options is None:
-        options = ModelOptions(replicated=True)
-    return Stepper(job, mode=mode, options=options)
+            raise ValueError(
+                f"spec.training.sharding_types: {cuda_only} need CUDA kernels; on the CPU use {list(CPU_CAPABLE)}"
+            )
+    return tuple(wanted)
 
 
 def build_sharded_model(
-    job: PrimusJob,
-    *,
-    two_towers: bool,
-    sparse_lr: float,
-    device: torch.device,
-    options: ModelOptions | None = None,
-    types: tuple[str, ...] | None = None,
+    job: PrimusJob, *, two_towers: bool, sparse_lr: float, device: torch.device, types: tuple[str, ...] | None = None
 ):
     """The two-tower model with its EmbeddingBagCollection sharded by DMP (collective: every rank calls).
 
@@ -129,12 +97,9 @@ def build_sharded_model(
 
     if not dist.is_initialized():
         raise RuntimeError("the DMP-sharded model needs a process group: start `primus train` under torchrun")
-    options = options or ModelOptions()
-    if options.replicated or options.fused:
-        options = ModelOptions(aux=options.aux, adapt_residual=options.adapt_residual, fused=False, replicated=False)
     spec = job.spec
-    model = TwoTowerModel(spec.features, spec.model, two_towers=two_towers, sparse_lr=sparse_lr, options=options)
-    types = types or sharding_types(device)
+    model = TwoTowerModel(spec.features, spec.model, two_towers=two_towers, sparse_lr=sparse_lr, tables="sharded")
+    types = types or sharding_types(device, spec.training.sharding_types)
     constraints = {f"t_{f.name}": ParameterConstraints(sharding_types=list(types)) for f in spec.features.sparse}
     world = dist.get_world_size()
     topology = Topology(world_size=world, local_world_size=_local_world(world), compute_device=device.type)
@@ -165,61 +130,40 @@ def table_placement(dmp) -> dict[str, list[tuple[str, list[int]]]]:
 
 
 class ShardedStepper:
-    """Algorithm 1 on the DMP-sharded model; the data-parallel ``Stepper``'s interface.
+    """MTRM's step on the DMP-sharded model (a ``steps.Stepper``).
 
-    Construction, ``step_synced``, ``predict``, ``checkpoint_state`` and ``load_state_dict`` are
+    Construction, ``step``, ``predict``, ``checkpoint_state`` and ``load_state_dict`` are
     collective: every rank calls them in the same order.
     """
 
-    sharded = True
+    syncs_towers = True
 
     def __init__(
         self,
         job: PrimusJob,
+        config: StepConfig | None = None,
         *,
-        mode: str | None = None,
-        options: ModelOptions | None = None,
-        embedding_updates: str | None = None,
-        serve: str | None = None,
-        learning_rate: float | None = None,
-        sparse_learning_rate: float | None = None,
-        seed: int | None = None,
         device: torch.device | None = None,
         types: tuple[str, ...] | None = None,
         checkpoint_root: Path | StorageLocation | None = None,
+        **overrides,
     ):
-        spec = job.spec
+        self.config = config or StepConfig.resolve(job, **overrides)
         self.job = job
         self.checkpoint_root = locate(checkpoint_root) if checkpoint_root is not None else None
-        self.mode = mode or spec.training.mode
-        self.embedding_updates = embedding_updates or spec.model.embedding_updates
-        self.serve = serve or spec.model.serve
-        if modes.two_towers(self.mode) and self.serve == "blend":
-            raise NotImplementedError("the DMP-sharded stepper serves one tower: spec.model.serve blend needs "
-                                      "the replicated Stepper")  # fmt: skip
-        self.correction = spec.model.stream_correction if modes.two_towers(self.mode) else "none"
-        self.soft_after_rows = spec.model.soft_after_rows
-        self.memory_rows = 0  # complete-labelled rows the memory tower has trained on (delayed.correction_now)
-        self.second_pass = spec.model.complete_label_pass if modes.two_towers(self.mode) else "off"
-        self.second_weight = spec.model.complete_label_weight
-        both = self.embedding_updates == "both"  # one kind alone moving the tables: Adagrad is scale-free
-        self.batch_emb_scale = spec.model.batch_embedding_scale if modes.two_towers(self.mode) and both else 1.0
-        self.completeness = delayed.Completeness()  # not checkpointed here: re-estimated after a resume
-        lr = learning_rate or spec.training.learning_rate
-        sparse_lr = sparse_learning_rate or spec.training.sparse_learning_rate or lr
-        if device is None:  # torchrun: one GPU per local rank (not run here: no GPU)
+        self.evidence = Evidence(self.config)
+        if device is None:  # torchrun: one GPU per local rank
             cuda = torch.cuda.is_available()
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
         if device.type == "cuda":
             torch.cuda.set_device(device)
         self.device = device
-        torch.manual_seed(spec.training.seed if seed is None else seed)
+        torch.manual_seed(self.config.seed)
         self.dmp = build_sharded_model(
             job,
-            two_towers=modes.two_towers(self.mode),
-            sparse_lr=sparse_lr,
+            two_towers=self.config.two_towers,
+            sparse_lr=self.config.sparse_learning_rate,
             device=self.device,
-            options=options,
             types=types,
         )
         self.model: TwoTowerModel = self.dmp.module
@@ -233,80 +177,51 @@ class ShardedStepper:
                 tower.to(self.device)  # the sharded tables already live on their device
         self.group = Group()
         self._broadcast_dense()
+        lr = self.config.learning_rate
         self.optimizers: dict[str, torch.optim.Optimizer] = {
             "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
         }
-        if modes.two_towers(self.mode):
+        if self.config.two_towers:
             self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
-        self.loss_fn = nn.BCEWithLogitsLoss()
-        self.sparse = None  # the tables' optimizer is fused into backward (dmp.fused_optimizer)
         self._pad = self._dummy_batch()
 
-    # -- routing (same as Stepper) -------------------------------------------------------
-    def graph_for(self, kind: str) -> str:
-        return modes.graph_for(self.mode, kind)
-
-    def updates_embeddings(self, kind: str) -> bool:
-        return modes.updates_embeddings(self.mode, self.embedding_updates, kind)
+    @property
+    def mode(self) -> str:
+        return self.config.mode
 
     def dense_parameters(self) -> list[nn.Parameter]:
-        return [*self.model.memory_parameters(), *self.model.adapt_parameters()]
+        return self.model.dense_parameters()
 
     # -- steps -----------------------------------------------------------------------------
-    def step_synced(
-        self, kind: str, batch: Batch | None, global_rows: int, group: Group | None = None
-    ) -> StepResult | None:
+    def step(self, kind: str, batch: Batch | None, global_rows: int, group: Group | None = None) -> StepResult | None:
         """One step of ``kind`` on every rank together (collective).
 
         ``batch`` is this rank's rows (None or empty: it joins with a weight-0 dummy row); the
-        loss is this rank's BCE sum over ``global_rows``; the sharded tables are updated in
-        backward (when ``kind`` updates embeddings), the tower ``kind`` trains after the
-        gradient all-reduce.
+        loss is this rank's loss sum over ``global_rows``; the sharded tables are updated in
+        backward, the towers ``kind`` trains after the gradient all-reduce.
         """
         group = group or self.group
-        graph = self.graph_for(kind)
         self.model.train()
-        params = self.model.adapt_parameters() if graph == "adapt" else self.model.memory_parameters()
-        second = kind == "batch" and self.second_pass != "off"  # the complete labels through the served tower
-        if second:
-            params = [*params, *self.model.adapt_parameters()]
         for param in self.dense_parameters():
             param.grad = None
         real = batch is not None and batch.size > 0
         use = batch if real else self._pad
         sparse = use.sparse.to(self.device)
         dense, labels = use.dense.to(self.device), use.labels.to(self.device)
-        emb = self.model.embed(sparse)
-        if not self.updates_embeddings(kind):
-            emb = emb.detach()  # no gradient reaches the tables: the fused optimizer does not run
-        elif kind == "batch" and self.batch_emb_scale != 1.0:  # as in Stepper.tower_inputs
-            emb = emb * self.batch_emb_scale + emb.detach() * (1.0 - self.batch_emb_scale)
-        x = self.model.inputs(emb, dense)
-        if self.correction != "none":  # every rank the same c: the global minibatch's clicks
-            clicks, rows = group.sum([float(labels.sum()) if real else 0.0, float(batch.size) if real else 0.0])
-            self.completeness.add(kind, clicks, int(rows))
-        if graph == "adapt":  # MTRM's stream correction (delayed.py), as in the replicated Stepper
-            logit, memory_logit = self.model.adapt_forward(x)
-            correction = delayed.correction_now(self.correction, self.memory_rows, self.soft_after_rows)
-            per_row = delayed.stream_loss(correction, logit, labels, self.completeness.value, memory_logit)
-        elif kind == "batch":
-            per_row, logit, _ = batch_rows_loss(self.model, x, labels, self.second_pass, self.second_weight)
-        else:
-            logit = self.model.memory_forward(x)[0]
-            per_row = nn.functional.binary_cross_entropy_with_logits(logit, labels, reduction="none")
-        weight = 1.0 if real else 0.0
-        loss_sum = per_row.sum() * weight
+        x = self.model.inputs(self.model.embed(sparse), dense)
+        self.evidence.before_step(kind, batch.ids if real else None, labels if real else None, group)
+        out = forward(self.model, self.config, kind, x, labels, self.evidence)
+        if real:
+            self.evidence.after_forward(kind, batch.ids, out)
+        loss_sum = out.loss.sum() * (1.0 if real else 0.0)
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
-        group.reduce_grads(params)
-        self.optimizers[graph].step()
-        if second:
-            self.optimizers["adapt"].step()
-        if kind == "batch":
-            self.memory_rows += global_rows
+        group.reduce_grads([p for t in out.towers for p in getattr(self.model, f"{t}_parameters")()])
+        for tower in out.towers:
+            self.optimizers[tower].step()
         if not real:
             return None
-        probs = torch.sigmoid(logit.detach()).cpu().numpy()
-        return StepResult(graph, float(loss_sum.detach()) / batch.size, probs)
+        probs = progressive_probs(self.config, out, self.evidence)
+        return StepResult(out.towers, float(loss_sum.detach()) / batch.size, probs)
 
     @torch.no_grad()
     def predict(self, batch: Batch | None, output: str | None = None) -> np.ndarray:
@@ -314,9 +229,7 @@ class ShardedStepper:
         self.model.eval()
         use = batch if batch is not None and batch.size else self._pad
         x = self.model.inputs(self.model.embed(use.sparse.to(self.device)), use.dense.to(self.device))
-        output = output or modes.served_output(self.mode, self.serve)
-        logit = self.model.adapt_forward(x)[0] if output == "adapt" else self.model.memory_forward(x)[0]
-        probs = torch.sigmoid(logit).cpu().numpy()
+        probs = predict_probs(self.model, self.config, x, self.evidence, output).cpu().numpy()
         return probs if batch is not None and batch.size else probs[:0]
 
     def _dummy_batch(self) -> Batch:
@@ -362,7 +275,7 @@ class ShardedStepper:
         if isinstance(root, Path):  # S3/WebHDFS have no directories to make
             (root / MODELS).mkdir(parents=True, exist_ok=True)
         self.save_sharded(root / name, extra={"step": step})
-        return {"sharded_model": name, "memory_rows": self.memory_rows}
+        return {"sharded_model": name, "evidence": self.evidence.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore from a reference ``checkpoint_state`` returned (collective, like every rank's
@@ -370,10 +283,10 @@ class ShardedStepper:
         if "sharded_model" not in state:
             raise ValueError(
                 "checkpoint state holds no 'sharded_model' reference: it was written by the replicated "
-                f"trainer (keys {sorted(state)}); resume it without ${SHARDING_ENV}=dmp"
+                f"trainer (keys {sorted(state)}); resume it without spec.training.sharding: dmp"
             )
         self.load_sharded(self._root() / state["sharded_model"])
-        self.memory_rows = int(state.get("memory_rows", 0))
+        self.evidence.load_state_dict(state["evidence"])
 
     def _root(self) -> Path | StorageLocation:
         if self.checkpoint_root is None:

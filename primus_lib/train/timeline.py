@@ -42,8 +42,8 @@ from primus_lib.train.eval_sources import EvalInputError, eval_streams, read_bat
 from primus_lib.train.inputs import Inputs
 from primus_lib.train.metrics import auc, logloss
 from primus_lib.train.modes import two_towers
+from primus_lib.train.objective import StepResult
 from primus_lib.train.replay import GrowingReplay
-from primus_lib.train.steps import StepResult
 
 COMPLETE = "__label_complete"
 
@@ -132,9 +132,9 @@ class WindowStore:
 class Scores:
     """Progressive-validation scores of one run, and its steps per kind."""
 
-    windows: list[dict] = field(default_factory=list)  # per scored hour: auc/logloss/samples (+ other_output_auc)
+    windows: list[dict] = field(default_factory=list)  # per scored hour: auc/logloss/samples (+ each tower's auc)
     labels: list[np.ndarray] = field(default_factory=list)
-    probs: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"served": [], "memory": []})
+    probs: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"served": []})
     steps: dict[str, int] = field(default_factory=lambda: {"batch": 0, "stream": 0})
 
 
@@ -197,12 +197,11 @@ class HourlyWorld(SingleProcess):
                  "logloss": logloss(labels, served)}  # fmt: skip
         scores.labels.append(labels)
         scores.probs["served"].append(served)
-        if two_towers(stepper.mode):
-            other = stepper.predict(batch, output="adapt" if stepper.serve == "memory" else "memory")
-            scores.probs["memory"].append(other)
-            entry["other_output_auc"] = auc(labels, other)
-            if stepper.serve not in ("adapt", "memory"):  # a combined output: keep the adapt tower's too
-                scores.probs.setdefault("adapt", []).append(stepper.predict(batch, output="adapt"))
+        if two_towers(stepper.mode):  # each tower alone too (report.json's memory_auc / adapt_auc)
+            for tower in ("memory", "adapt"):
+                probs = stepper.predict(batch, output=tower)
+                scores.probs.setdefault(tower, []).append(probs)
+                entry[f"{tower}_auc"] = auc(labels, probs)
         scores.windows.append(entry)
 
     def step(self, stepper, kind: str, batch, global_rows: int) -> StepResult | None:

@@ -74,7 +74,8 @@ spec:
 # the container's own directory as PRIMUS_HOME and TMPDIR: a new attempt starts with nothing local
 TRAIN = (
     'export PRIMUS_HOME="$PWD/home" TMPDIR="$PWD" OMP_NUM_THREADS=1; exec {python} -m primus_lib.cli.main '
-    "train {{SPEC}} --checkpoint-steps 3 --poll-interval 0.2 --until-window 20261101T{last:02d}0000Z --sample-log {log}"
+    "train {{SPEC}} --checkpoint-steps 3 --poll-interval 0.2 --until-window 20261101T{last:02d}0000Z --sample-log {log} "
+    "--step-delay 0.4"  # the kill lands mid-training
 )
 
 
@@ -90,7 +91,6 @@ def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
         database=postgres_server.create_database("yarn_loss"), train=TRAIN.format(python=sys.executable, last=HOURS - 1, log=log),
     ))  # fmt: skip
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PRIMUS_TRAIN_STEP_DELAY", "0.4")  # the kill lands mid-training
     job = load_job(spec)
     paths = JobPaths.for_job(job)
     assert paths.shared is not None and str(paths.checkpoints).startswith("webhdfs://")

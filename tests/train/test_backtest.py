@@ -20,7 +20,7 @@ def test_eval_writes_report_for_every_mode(tiny, tmp_path, capsys):
     spec, _ = tiny
     out = tmp_path / "out"
     code = main(["eval", str(spec), "--seeds", "0,1", "--out", str(out), "--eval-from", "2026-11-01T03:00:00Z",
-                 "--ablations", "mtrm[emb=batch,serve=memory]"])  # fmt: skip
+                 "--ablations", "mtrm[corr=none,serve=memory]"])  # fmt: skip
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     modes = report["modes"]
@@ -30,7 +30,7 @@ def test_eval_writes_report_for_every_mode(tiny, tmp_path, capsys):
         "offline",
         "online",
         "offline_then_online",
-        "mtrm[emb=batch,serve=memory]",
+        "mtrm[corr=none,serve=memory]",
     }
     for entry in modes.values():
         assert 0.0 < entry["auc"] < 1.0 and entry["logloss"] > 0 and entry["samples"] > 0
@@ -118,22 +118,47 @@ def test_later_data_does_not_change_earlier_scores(tiny):
 
 
 def test_run_config_parsing():
-    config = RunConfig.parse("mtrm[emb=stream,adapt=128-64,residual=1,lr=0.003]")
-    assert (config.mode, config.emb, config.adapt, config.residual, config.lr) == (
+    config = RunConfig.parse("mtrm[adapt=128-64,lr=0.003,serve=adapt,corr=none]")
+    assert (config.mode, config.adapt, config.lr, config.serve, config.corr) == (
         "mtrm",
-        "stream",
         [128, 64],
-        True,
         0.003,
+        "adapt",
+        "none",
     )
-    assert RunConfig.parse("mtrm[corr=soft,softafter=72000]").softafter == 72000
-    assert RunConfig.parse("mtrm[init=memory]").init == "memory"
-    with pytest.raises(ValueError, match="init='copy': expected one of independent|memory"):
-        RunConfig.parse("mtrm[init=copy]")
+    assert RunConfig.parse("online[c=oracle]").c == "oracle" and RunConfig.parse("online[c=0.8]").c == 0.8
     with pytest.raises(ValueError, match="unknown key"):
         RunConfig.parse("mtrm[bogus=1]")
+    with pytest.raises(ValueError, match="lr='fast' is not a valid value"):
+        RunConfig.parse("mtrm[lr=fast]")
     with pytest.raises(ValueError, match="MODE"):
         RunConfig.parse("twotower")
+
+
+def test_oracle_completeness_is_the_share_of_clicks_the_stream_label_sees(tiny):
+    from primus_lib.train.backtest import load_timeline, oracle_completeness
+
+    _, job = tiny
+    data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent
+    timeline = load_timeline(job, data, START, START + timedelta(hours=6), START + timedelta(hours=2))
+    realtime = sum(pc.sum(t.column("clicked")).as_py() or 0 for t in timeline.stream)
+    complete = sum(pc.sum(t.column(COMPLETE)).as_py() or 0 for t in timeline.stream)
+    assert oracle_completeness(job, timeline) == pytest.approx(realtime / complete) and 0.5 < realtime / complete < 1
+
+
+def test_a_capacity_leaves_rows_in_the_buffers_for_later_hours(tiny):
+    """--capacity: the world moves to the next hour once that many rows were trained, so the trainer
+    falls behind the data; with all that arrived (no capacity) it keeps up hour by hour."""
+    from primus_lib.train.backtest import load_timeline, run_one
+
+    _, job = tiny
+    data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent
+    timeline = load_timeline(job, data, START, START + timedelta(hours=6), START + timedelta(hours=2))
+    config = RunConfig.parse("mtrm")
+    full, slow = run_one(job, timeline, config, 0), run_one(job, timeline, config, 0, capacity=64)
+    assert [w["samples"] for w in full.windows] == [w["samples"] for w in slow.windows]  # the same rows scored
+    assert sum(slow.steps.values()) < sum(full.steps.values()) and slow.windows != full.windows
+    assert sum(full.steps.values()) * 64 >= sum(w.num_rows for w in timeline.batch) // 2  # it trained everything
 
 
 def test_train_cli_rejects_bad_arguments(tiny, capsys):

@@ -91,17 +91,17 @@ def test_a_trainer_state_round_trips_through_the_weights_only_load(tmp_path, mon
     completeness counts) is all plain data: the safe load restores it bit for bit."""
     from primus_lib.train.batch import to_batch
     from primus_lib.train.replay import batch_window
-    from primus_lib.train.sharded import make_stepper
+    from primus_lib.train.steps import LocalStepper
     from tests.train.conftest import START
 
     _, job = make_job(tmp_path, monkeypatch, hours=1, lag=1, rows=80)
-    stepper = make_stepper(job)
+    stepper = LocalStepper(job)
     stepper.step("batch", to_batch(batch_window(job, job.stream("history"), START), job.spec.features))
-    save_checkpoint(tmp_path / "ckpt", 1, stepper.state_dict(), {"mode": "mtrm"}, {})
-    fresh = make_stepper(job)
+    save_checkpoint(tmp_path / "ckpt", 1, stepper.checkpoint_state(1), {"mode": "mtrm"}, {})
+    fresh = LocalStepper(job, seed=5)
     fresh.load_state_dict(load_latest(tmp_path / "ckpt").state)
     ours, theirs = stepper.state_dict(), fresh.state_dict()
-    assert ours["memory_rows"] == theirs["memory_rows"]
+    assert ours["evidence"] == theirs["evidence"]
     assert all(torch.equal(v, theirs["model"][k]) for k, v in ours["model"].items())
     assert torch.equal(
         torch.cat([t.flatten() for t in _tensors(ours["optimizers"])]),

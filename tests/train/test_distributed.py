@@ -30,10 +30,9 @@ from primus_lib.spec import load_job
 from primus_lib.train.batch import to_batch
 from primus_lib.train.checkpoint import load_latest
 from primus_lib.train.distributed import Group
-from primus_lib.train.model import ModelOptions
 from primus_lib.train.replay import TableStreamReader, batch_window, stream_file
 from primus_lib.train.sample_log import read_sample_log, read_sample_logs
-from primus_lib.train.steps import Stepper
+from primus_lib.train.steps import LocalStepper
 from primus_lib.train.trainer import Trainer, TrainerOptions
 from tests.train.conftest import START, commit_windows, kafka_spec
 
@@ -87,24 +86,17 @@ def _worker(rank: int, store: str, spec: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         job = load_job(spec)
-        stepper = Stepper(job, options=ModelOptions(replicated=True))
+        stepper = LocalStepper(job, tables="replicated")
         group = Group()
         group.broadcast_params(stepper.model)
         model = stepper.model
         for kind, table in zip(KINDS, _minibatches(job), strict=True):
             mine = table.take(list(range(rank, table.num_rows, 2)))  # this rank's half of the global minibatch
             memory, adapt = _params(model.memory_parameters()), _params(model.adapt_parameters())
-            stepper.step_synced(kind, to_batch(mine, job.spec.features), table.num_rows, group)
-            untouched = adapt if kind == "batch" else memory
-            now = model.adapt_parameters() if kind == "batch" else model.memory_parameters()
-            moved = memory if kind == "batch" else adapt
-            moved_now = model.memory_parameters() if kind == "batch" else model.adapt_parameters()
-            assert all(torch.equal(a, b) for a, b in zip(untouched, now, strict=True)), (
-                f"{kind} step moved the other tower"
-            )
-            assert any(not torch.equal(a, b) for a, b in zip(moved, moved_now, strict=True)), (
-                f"{kind} step moved nothing"
-            )
+            stepper.step(kind, to_batch(mine, job.spec.features), table.num_rows, group)
+            adapt_moved = any(not torch.equal(a, b) for a, b in zip(adapt, model.adapt_parameters(), strict=True))
+            memory_moved = any(not torch.equal(a, b) for a, b in zip(memory, model.memory_parameters(), strict=True))
+            assert memory_moved and adapt_moved == (kind == "stream"), (kind, memory_moved, adapt_moved)
         torch.save(stepper.state_dict(), Path(out) / f"rank{rank}.pt")
         (Path(out) / f"gate{rank}.json").write_text(json.dumps(_gate_run(job, rank)))
     finally:
@@ -124,12 +116,12 @@ def test_two_ranks_stay_identical_and_match_one_process(tiny, tmp_path):
 
     # One process stepping the union of both halves gives the same model (up to summation order).
     torch.set_num_threads(1)
-    single = Stepper(job, options=ModelOptions(replicated=True))
+    single = LocalStepper(job, tables="replicated")
     for kind, table in zip(KINDS, _minibatches(job), strict=True):
-        single.step_synced(kind, to_batch(table, job.spec.features), table.num_rows, Group())
+        single.step(kind, to_batch(table, job.spec.features), table.num_rows, Group())
     for name, tensor in single.model.state_dict().items():
         assert torch.allclose(tensor, r0["model"][name], atol=1e-5), name
-    initial = Stepper(job, options=ModelOptions(replicated=True)).model.state_dict()
+    initial = LocalStepper(job, tables="replicated").model.state_dict()
     assert any(not torch.equal(initial[n], r0["model"][n]) for n in initial if "embedding" in n)  # tables trained
 
     gates = [json.loads((tmp_path / f"gate{r}.json").read_text()) for r in range(2)]
@@ -175,16 +167,10 @@ def _wait_gone(pids: list[int]) -> None:
 def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path, sharding):
     """Replicated tables, and tables sharded by TorchRec DistributedModelParallel (table-wise on gloo)."""
     spec, job = tiny
-    spec.write_text(spec.read_text().replace("batch_size: 64", "batch_size: 16"))
+    spec.write_text(spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}"))
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
-    env = {
-        **os.environ,
-        "PRIMUS_TRAIN_STEP_DELAY": "0.05",
-        "OMP_NUM_THREADS": "1",
-        "PRIMUS_DIST_TIMEOUT": "120",
-        "PRIMUS_SHARDING": sharding,
-    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PRIMUS_DIST_TIMEOUT": "120"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd = [
         *torchrun,
@@ -202,7 +188,7 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
         str(log),
     ]
     rank_logs = [Path(f"{log}.rank{r}") for r in range(2)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*cmd, "--step-delay", "0.05"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -222,7 +208,6 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
             _kill_quietly(pid)
     assert proc.returncode == -signal.SIGKILL
 
-    env["PRIMUS_TRAIN_STEP_DELAY"] = "0"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "rank 0/2" in done.stdout and "rank 1/2" in done.stdout, done.stdout[-2000:]

@@ -22,10 +22,6 @@ def test_one_table_of_modes():
     assert [m for m in modes.MODES if modes.reads(m, "stream")] == ["mtrm", "single_tower", "online",
                                                                       "offline_then_online"]  # fmt: skip
     assert [m for m in modes.MODES if modes.two_towers(m)] == ["mtrm"]
-    assert modes.graph_for("mtrm", "stream") == "adapt" and modes.graph_for("single_tower", "stream") == "memory"
-    assert modes.updates_embeddings("mtrm", "batch", "stream") is False
-    assert modes.updates_embeddings("online", "batch", "stream") is True
-    assert modes.served_output("offline", "adapt") == "memory"
     with pytest.raises(ValueError, match="expected one of"):
         modes.reads("hybrid", "batch")
 

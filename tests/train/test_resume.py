@@ -27,10 +27,10 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     spec, job = tiny
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
-    env = {**os.environ, "PRIMUS_TRAIN_STEP_DELAY": "0.05", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec), "--checkpoint-steps", "4",
            "--poll-interval", "0.05", "--idle-exit", "5", "--sample-log", str(log)]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*cmd, "--step-delay", "0.05"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -46,7 +46,6 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
 
-    env["PRIMUS_TRAIN_STEP_DELAY"] = "0"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 

@@ -1,11 +1,10 @@
 """The DMP-sharded MTRM model with two gloo ranks on the CPU: table_wise places tables on both
-ranks, Algorithm 1's separation holds bit-exactly on every rank, the ``batch`` embedding policy
-keeps stream steps off the tables, a zero-row rank joins a step, the loss falls on learnable
-data, and a DCP checkpoint round-trips into a freshly built sharded model."""
+ranks, a batch step never moves the adapt tower and a stream step trains both towers on every
+rank, a zero-row rank joins a step, the loss falls on learnable data, the pair equals one
+replicated process, and a DCP checkpoint round-trips into a freshly built sharded model."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from pathlib import Path
@@ -25,15 +24,10 @@ from tests.train.conftest import SPEC
 ROWS = 64  # global minibatch; each rank takes half
 KINDS = ["batch", "stream"] * 12
 EMPTY_STEP = 3  # a stream step in which rank 1 has no rows
-# With both kinds moving the tables the two paths stay within 1e-5 for 14 steps and part by 1e-3
-# by step 20 (measured): the float summation order differs, and row-wise Adagrad's step on a row
-# with little accumulated gradient is about lr x the gradient's sign, so a near-zero sum can flip it.
-BOTH_STEPS = 12
-# The complete-label pass (only the served tower's gradient reaches the tables) parts the two paths
-# by 1.2e-4 in a few rows at the first step, and no further over 8 steps (measured): a row's summed
-# gradient that nearly cancels, in another order, times row-wise Adagrad's normalized first step.
-TABLES_STEPS = 8
-TABLES_ATOL = 3e-4
+# Both kinds move the tables: the two paths stay within 1e-5 for about 14 steps and part by 1e-3 by
+# step 20 (measured): the float summation order differs, and row-wise Adagrad's step on a row with
+# little accumulated gradient is about lr x the gradient's sign, so a near-zero sum can flip it.
+MATCH_STEPS = 12
 
 
 def _table(rng: np.random.Generator, rows: int) -> pa.Table:
@@ -111,7 +105,7 @@ def _run(rank: int, job, out: Path) -> None:
     from primus_lib.train.sharded import ShardedStepper, table_placement
 
     features = job.spec.features
-    stepper = ShardedStepper(job, embedding_updates="batch")  # stream steps must not touch the tables
+    stepper = ShardedStepper(job)
     model = stepper.model
     report: dict = {"placement": table_placement(stepper.dmp), "violations": [], "table_moves": []}
     rng = np.random.default_rng(11)  # the same global data on every rank
@@ -125,15 +119,13 @@ def _run(rank: int, job, out: Path) -> None:
             _dense(model.adapt_parameters()),
             _local_tables(stepper),
         )
-        result = stepper.step_synced(kind, batch, global_rows)
+        result = stepper.step(kind, batch, global_rows)
         if (result is None) != (batch is None):
             report["violations"].append(f"step {step}: result {result} for batch {batch is not None}")
-        untouched, now = (adapt, model.adapt_parameters()) if kind == "batch" else (memory, model.memory_parameters())
-        if not all(torch.equal(a, b) for a, b in zip(untouched, now, strict=True)):
-            report["violations"].append(f"step {step}: {kind} step moved the other tower")
-        moved, moved_now = (memory, model.memory_parameters()) if kind == "batch" else (adapt, model.adapt_parameters())
-        if all(torch.equal(a, b) for a, b in zip(moved, moved_now, strict=True)):
-            report["violations"].append(f"step {step}: {kind} step moved nothing")
+        adapt_moved = not all(torch.equal(a, b) for a, b in zip(adapt, model.adapt_parameters(), strict=True))
+        memory_moved = not all(torch.equal(a, b) for a, b in zip(memory, model.memory_parameters(), strict=True))
+        if adapt_moved != (kind == "stream") or not memory_moved:
+            report["violations"].append(f"step {step}: {kind} step moved adapt {adapt_moved}, memory {memory_moved}")
         after = _local_tables(stepper)
         report["table_moves"].append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
     report["after"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
@@ -155,7 +147,7 @@ def _run(rank: int, job, out: Path) -> None:
         dist.barrier()
     report["models"] = sorted(p.name for p in (root / "sharded").iterdir())
     report["expected_models"] = sorted([names[0], names[2]])  # the orphan was pruned, the committed kept
-    fresh = ShardedStepper(job, embedding_updates="batch", seed=123, checkpoint_root=root)
+    fresh = ShardedStepper(job, seed=123, checkpoint_root=root)
     report["fresh_differs"] = not np.array_equal(
         fresh.predict(evaluation, "adapt"), stepper.predict(evaluation, "adapt")
     )
@@ -168,7 +160,7 @@ def _run(rank: int, job, out: Path) -> None:
     # Optimizer states came back too: one more step on each model gives the same model.
     table = _table(rng, ROWS).take(list(range(rank, ROWS, 2)))
     for s in (stepper, fresh):
-        s.step_synced("batch", to_batch(table, features), ROWS)
+        s.step("batch", to_batch(table, features), ROWS)
     report["same_after_step"] = all(
         np.array_equal(fresh.predict(evaluation, o), stepper.predict(evaluation, o)) for o in ("memory", "adapt")
     ) and all(
@@ -203,9 +195,8 @@ def test_sharded_two_ranks(spec_file, tmp_path):
 
     for report in reports:
         assert report["violations"] == []
-        # embedding_updates=batch: batch steps move the tables (on the rank that owns a touched row), stream steps never.
-        assert not any(moved for kind, moved in report["table_moves"] if kind == "stream")
-    assert any(moved for r in reports for kind, moved in r["table_moves"] if kind == "batch")
+    for kind in ("batch", "stream"):  # both kinds move the tables (on the rank that owns a touched row)
+        assert any(moved for r in reports for k, moved in r["table_moves"] if k == kind)
 
     d0 = torch.load(out / "dense0.pt")["dense"]
     d1 = torch.load(out / "dense1.pt")["dense"]
@@ -219,7 +210,6 @@ def test_sharded_two_ranks(spec_file, tmp_path):
         assert report["models"] == report["expected_models"] and len(report["models"]) == 2
         assert report["fresh_differs"] and report["meta_step"] == 25
         assert report["same_outputs"] and report["same_after_step"]
-    _check_matches_one_process(spec_file, out)
 
     model_dir = out / "checkpoints" / "sharded" / reports[0]["models"][-1]
     meta = json.loads((model_dir / "meta.json").read_text())
@@ -232,85 +222,46 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     assert not [p for p in (out / "checkpoints" / "sharded").iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def _run_steps(rank: int, job, out: Path, steps: int = BOTH_STEPS, configure=lambda job: job) -> None:
-    """The spec's default embedding policy (``both``, batch steps' table gradient scaled) on the job
-    as ``configure`` leaves it: steps only, recording per step whether the tables and the served
-    (adapt) tower moved."""
+def _run_steps(rank: int, job, out: Path) -> None:
+    """MATCH_STEPS steps of the default config, recording whether the tables moved at each."""
     from primus_lib.train.sharded import ShardedStepper
 
-    stepper = ShardedStepper(configure(job), embedding_updates="both")
-    initial, rng, moves, adapt_moves = _full_state(stepper), np.random.default_rng(11), [], []
-    for step, kind in enumerate(KINDS[:steps]):
+    stepper = ShardedStepper(job)
+    initial, rng, moves = _full_state(stepper), np.random.default_rng(11), []
+    for step, kind in enumerate(KINDS[:MATCH_STEPS]):
         batch, global_rows = _rank_batch(rng, rank, step, job.spec.features)
-        tables, adapt = _local_tables(stepper), _dense(stepper.model.adapt_parameters())
-        stepper.step_synced(kind, batch, global_rows)
-        after, adapt_now = _local_tables(stepper), stepper.model.adapt_parameters()
+        tables = _local_tables(stepper)
+        stepper.step(kind, batch, global_rows)
+        after = _local_tables(stepper)
         moves.append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
-        adapt_moves.append([kind, not all(torch.equal(a, b) for a, b in zip(adapt, adapt_now, strict=True))])
     final = _full_state(stepper)
-    report = {"scale": stepper.batch_emb_scale, "moves": moves, "adapt_moves": adapt_moves}
-    (out / f"steps{rank}.json").write_text(json.dumps(report))
+    (out / f"steps{rank}.json").write_text(json.dumps({"moves": moves}))
     if rank == 0:
         torch.save({"initial": initial, "final": final}, out / "states.pt")
 
 
-def test_sharded_two_ranks_match_one_process_with_both_embedding_updates(spec_file, tmp_path):
-    """MTRM's default policy: both kinds move the tables, batch steps at ``batch_embedding_scale``
-    (0.5); the sharded pair still equals one process (the scale is applied alike on both paths),
-    a zero-row rank in a stream step included (step 3)."""
+def test_sharded_two_ranks_match_one_process(spec_file, tmp_path):
+    """The sharded pair equals one replicated process stepping the union of both halves, a zero-row
+    rank in a stream step included (step 3)."""
     out = tmp_path / "out"
     out.mkdir()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), _run_steps), nprocs=2, join=True)
     reports = [json.loads((out / f"steps{r}.json").read_text()) for r in range(2)]
-    assert all(r["scale"] == 0.5 for r in reports)
     for kind in ("batch", "stream"):  # both kinds move some table somewhere
         assert any(moved for r in reports for k, moved in r["moves"] if k == kind)
-    _check_matches_one_process(spec_file, out, embedding_updates="both", steps=BOTH_STEPS)
+    _check_matches_one_process(spec_file, out, steps=MATCH_STEPS)
 
 
-def _tables_pass(job):
-    """MTRM with the complete-label pass into the tables at half weight (docs/training.md, "Sixth round");
-    the soft correction waits for two batch steps, so the stream steps use likelihood, then soft."""
-    model = job.spec.model.model_copy(
-        update={"complete_label_pass": "tables", "complete_label_weight": 0.5, "h_aux": "none",
-                "batch_embedding_scale": 1.0, "soft_after_rows": 2 * ROWS}
-    )  # fmt: skip
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
-
-
-def test_sharded_complete_label_pass_matches_one_process(spec_file, tmp_path):
-    """``complete_label_pass: tables`` on the DMP-sharded model: batch steps train the served tower
-    too, and the pair equals one replicated process (the loss is the replicated Stepper's)."""
-    out = tmp_path / "out"
-    out.mkdir()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    body = functools.partial(_run_steps, steps=TABLES_STEPS, configure=_tables_pass)
-    mp.spawn(_worker, args=(str(tmp_path / "store"), spec_file, str(out), body), nprocs=2, join=True)
-    reports = [json.loads((out / f"steps{r}.json").read_text()) for r in range(2)]
-    assert all(moved for report in reports for _, moved in report["adapt_moves"])
-    _check_matches_one_process(spec_file, out, embedding_updates="both", steps=TABLES_STEPS, configure=_tables_pass,
-                              table_atol=TABLES_ATOL)  # fmt: skip
-
-
-def _check_matches_one_process(
-    spec_file: str,
-    out: Path,
-    embedding_updates: str = "batch",
-    steps: int = 24,
-    configure=lambda job: job,
-    table_atol: float = 1e-4,
-) -> None:
+def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol: float = 1e-4) -> None:
     """The sharded pair equals one replicated process stepping the union of both halves from the
     same weights (towers and tables, to 1e-4 after ``steps`` steps: float summation order differs)."""
     from primus_lib.train.distributed import Group
-    from primus_lib.train.model import ModelOptions
-    from primus_lib.train.steps import Stepper
+    from primus_lib.train.steps import LocalStepper
 
-    job = configure(load_job(spec_file))
+    job = load_job(spec_file)
     states = torch.load(out / "states.pt", weights_only=False)
-    single = Stepper(job, options=ModelOptions(replicated=True), embedding_updates=embedding_updates)
-    assert single.batch_emb_scale == (job.spec.model.batch_embedding_scale if embedding_updates == "both" else 1.0)
+    single = LocalStepper(job, tables="replicated")
     model = single.model
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
@@ -330,7 +281,7 @@ def _check_matches_one_process(
         table = _table(rng, ROWS)
         if step == EMPTY_STEP:
             table = table.take(list(range(0, ROWS, 2)))  # rank 1 had no rows
-        single.step_synced(kind, to_batch(table, job.spec.features), table.num_rows, Group())
+        single.step(kind, to_batch(table, job.spec.features), table.num_rows, Group())
     final = states["final"]
     for param, value in zip([*model.memory_parameters(), *model.adapt_parameters()], final["dense"], strict=True):
         assert torch.allclose(param, value, atol=1e-4), (param - value).abs().max()
@@ -340,30 +291,34 @@ def _check_matches_one_process(
         assert torch.allclose(state[name], value, atol=table_atol), (name, (state[name] - value).abs().max())
 
 
-def test_sharding_choice_and_types(spec_file, monkeypatch):
-    """``$PRIMUS_SHARDING`` picks the stepper; CUDA-only sharding types are refused on the CPU."""
-    from primus_lib.train.sharded import make_stepper, sharding_types
-    from primus_lib.train.steps import Stepper
+def test_sharding_choice_and_types(spec_file):
+    """``spec.training.sharding`` picks the stepper; CUDA-only sharding types are refused on the CPU."""
+    from primus_lib.train.distributed import Group
+    from primus_lib.train.objective import StepConfig
+    from primus_lib.train.sharded import sharding_types
+    from primus_lib.train.steps import LocalStepper, make_stepper
 
     cpu = torch.device("cpu")
     assert sharding_types(cpu) == ("table_wise",)
     assert "row_wise" in sharding_types(torch.device("cuda"))
-    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "table_wise,column_wise")
-    assert sharding_types(cpu) == ("table_wise", "column_wise")
-    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "row_wise")
+    assert sharding_types(cpu, ["table_wise", "column_wise"]) == ("table_wise", "column_wise")
     with pytest.raises(ValueError, match="need CUDA kernels"):
-        sharding_types(cpu)
-    monkeypatch.setenv("PRIMUS_SHARDING_TYPES", "data_parallel")
-    with pytest.raises(ValueError, match="unknown sharding types"):
-        sharding_types(cpu)
+        sharding_types(cpu, ["row_wise"])
+    text = Path(spec_file).read_text()
+    from primus_lib.spec.errors import SpecError
 
-    job = load_job(spec_file)
-    monkeypatch.setenv("PRIMUS_SHARDING", "bogus")
-    with pytest.raises(ValueError, match="PRIMUS_SHARDING"):
-        make_stepper(job)
-    monkeypatch.setenv("PRIMUS_SHARDING", "dmp")  # one process: nothing to shard across, the fused Stepper
-    stepper = make_stepper(job)
-    assert type(stepper) is Stepper and not stepper.model.options.replicated
+    with pytest.raises(SpecError, match="sharding_types"):
+        load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding_types: [data_parallel]"), spec_file)
+    with pytest.raises(SpecError, match="sharding"):
+        load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding: bogus"), spec_file)
+    job = load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding: dmp"), spec_file)
+    stepper = make_stepper(job, StepConfig.resolve(job), Group())  # one process: nothing to shard across
+    assert type(stepper) is LocalStepper and stepper.model.tables == "fused"
+
+
+def load_job_text(text: str, path: str):
+    Path(path).write_text(text)
+    return load_job(path)
 
 
 def _run_s3(rank: int, job, out: Path) -> None:
@@ -374,11 +329,11 @@ def _run_s3(rank: int, job, out: Path) -> None:
 
     features = job.spec.features
     root = JobPaths.for_job(job).checkpoints  # s3://bucket/jobs/<job>/trainer/checkpoints
-    stepper = ShardedStepper(job, embedding_updates="batch", checkpoint_root=root)
+    stepper = ShardedStepper(job, checkpoint_root=root)
     rng = np.random.default_rng(5)
     evaluation = to_batch(_table(np.random.default_rng(99), 64).take(list(range(rank, 64, 2))), features)
     for _ in range(4):
-        stepper.step_synced("batch", to_batch(_table(rng, ROWS).take(list(range(rank, ROWS, 2))), features), ROWS)
+        stepper.step("batch", to_batch(_table(rng, ROWS).take(list(range(rank, ROWS, 2))), features), ROWS)
     names = []
     for step in (4, 5, 6):
         state = stepper.checkpoint_state(step)
@@ -395,7 +350,7 @@ def _run_s3(rank: int, job, out: Path) -> None:
     latest = load_latest(root)  # the resume: only what is on S3
     meta = json.loads((root / latest.state["sharded_model"] / "meta.json").read_text())
     report["meta"] = {"step": meta["step"], "world_size": meta["world_size"], "files": sorted(meta["files"])}
-    fresh = ShardedStepper(job, embedding_updates="batch", seed=321, checkpoint_root=root)
+    fresh = ShardedStepper(job, seed=321, checkpoint_root=root)
     report["fresh_differs"] = not np.array_equal(
         fresh.predict(evaluation, "memory"), stepper.predict(evaluation, "memory")
     )
@@ -405,7 +360,7 @@ def _run_s3(rank: int, job, out: Path) -> None:
     )
     table = _table(rng, ROWS).take(list(range(rank, ROWS, 2)))
     for s in (stepper, fresh):  # the optimizers came back too: one more step gives the same model
-        s.step_synced("batch", to_batch(table, features), ROWS)
+        s.step("batch", to_batch(table, features), ROWS)
     report["same_after_step"] = all(
         torch.equal(a, b) for a, b in zip(_local_tables(fresh).values(), _local_tables(stepper).values(), strict=True)
     ) and np.array_equal(fresh.predict(evaluation, "memory"), stepper.predict(evaluation, "memory"))

@@ -1,4 +1,4 @@
-"""Algorithm 1: each minibatch kind moves exactly the parameters it owns."""
+"""MTRM's step and the baselines' (objective.py, steps.py): what each minibatch kind moves."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from primus_lib.train.batch import to_batch
-from primus_lib.train.steps import Stepper
+from primus_lib.train.objective import StepConfig, forward
+from primus_lib.train.steps import LocalStepper
 
 
 def _batch(job, rows=64, seed=0):
@@ -42,70 +43,95 @@ def _tables(stepper):
     return {k: v.clone() for k, v in stepper.model.embeddings.state_dict().items()}
 
 
-def test_batch_step_moves_memory_only(tiny):
+def test_a_batch_step_moves_the_memory_tower_and_the_tables_only(tiny):
     _, job = tiny
-    stepper = Stepper(job, mode="mtrm")
+    stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
     tables = _tables(stepper)
     result = stepper.step("batch", _batch(job))
-    assert result.graph == "memory"
+    assert result.towers == ("memory",)
     assert _equal(adapt, stepper.model.adapt_parameters()), "a batch step changed the adapt tower"
     assert not _equal(memory, stepper.model.memory_parameters()), "a batch step did not train the memory tower"
     after = _tables(stepper)
-    assert any(not torch.equal(tables[k], after[k]) for k in tables), "embedding_updates=both: batch updates tables"
+    assert any(not torch.equal(tables[k], after[k]) for k in tables), "a batch step did not move the tables"
 
 
-def test_stream_step_moves_adapt_only(tiny):
+def test_an_mtrm_stream_step_trains_both_towers(tiny):
     _, job = tiny
-    stepper = Stepper(job, mode="mtrm")
-    stepper.step("batch", _batch(job, seed=1))  # non-trivial memory tower and optimizer state
+    stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
-    memory_opt = {k: v.clone() for k, v in stepper.optimizers["memory"].state_dict()["state"][0].items()}
     result = stepper.step("stream", _batch(job, seed=2))
-    assert result.graph == "adapt"
-    assert _equal(memory, stepper.model.memory_parameters()), "a stream step changed the memory tower"
-    assert all(torch.equal(memory_opt[k], v) for k, v in stepper.optimizers["memory"].state_dict()["state"][0].items())
-    assert not _equal(adapt, stepper.model.adapt_parameters()), "a stream step did not train the adapt tower"
+    assert result.towers == ("memory", "adapt")
+    assert not _equal(memory, stepper.model.memory_parameters()) and not _equal(adapt, stepper.model.adapt_parameters())
 
 
-@pytest.mark.parametrize(
-    ("updates", "kind", "moves"),
-    [("batch", "stream", False), ("stream", "batch", False), ("batch", "batch", True), ("stream", "stream", True)],
-)
-def test_embedding_updates_follow_spec(tiny, updates, kind, moves):
+def test_mtrms_memory_tower_and_tables_move_exactly_as_the_single_tower(tiny):
+    """The adapt tower reads the tables and the memory logit without gradient: under one seed, MTRM's
+    memory tower and tables are bit-equal to single_tower's after any mix of steps (what MTRM minus
+    single_tower then measures is the adapt tower alone)."""
     _, job = tiny
-    stepper = Stepper(job, mode="mtrm", embedding_updates=updates)
-    tables = _tables(stepper)
-    stepper.step(kind, _batch(job))
-    after = _tables(stepper)
-    changed = any(not torch.equal(tables[k], after[k]) for k in tables)
-    assert changed is moves
+    mtrm, single = LocalStepper(job, mode="mtrm", seed=4), LocalStepper(job, mode="single_tower", seed=4)
+    for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch", "stream"]):
+        batch = _batch(job, seed=10 + i)
+        a, b = mtrm.step(kind, batch), single.step(kind, batch)
+        assert a.towers == (("memory", "adapt") if kind == "stream" else ("memory",)) and b.towers == ("memory",)
+    assert _equal(_snapshot(single.model.memory_parameters()), mtrm.model.memory_parameters())
+    assert all(torch.equal(v, _tables(mtrm)[k]) for k, v in _tables(single).items())
+    batch = _batch(job, seed=99)
+    np.testing.assert_array_equal(mtrm.predict(batch, output="memory"), single.predict(batch))
+    assert not np.allclose(mtrm.predict(batch), single.predict(batch))  # MTRM serves the mean of both towers
 
 
 @pytest.mark.parametrize("mode", ["single_tower", "offline", "online", "offline_then_online"])
-def test_single_tower_modes_route_both_kinds_to_one_tower(tiny, mode):
+def test_single_tower_modes_train_one_tower_on_both_kinds(tiny, mode):
     _, job = tiny
-    stepper = Stepper(job, mode=mode)
-    assert stepper.graph_for("batch") == stepper.graph_for("stream") == "memory"
-    assert stepper.model.adapt_parameters() == []
+    stepper = LocalStepper(job, mode=mode)
+    assert stepper.model.adapt_parameters() == [] and "adapt" not in stepper.optimizers
+    assert stepper.step("stream", _batch(job)).towers == stepper.step("batch", _batch(job)).towers == ("memory",)
+    with pytest.raises(ValueError, match="needs the adapt tower"):
+        stepper.predict(_batch(job), output="adapt")
+    config = StepConfig.resolve(job, mode=mode)
     with pytest.raises(ValueError, match="minibatch kind"):
-        stepper.graph_for("bogus")
+        x = torch.zeros(2, stepper.model.memory[0].in_features)
+        forward(stepper.model, config, "bogus", x, torch.zeros(2), 1.0)
 
 
-def test_served_output_and_state_round_trip(tiny):
+def test_the_served_outputs(tiny):
+    """mean: the mean of both towers' logits; mixture (the default): the validation's weights over the
+    towers and their mean (before any scored row, the prior's: mostly the mean)."""
     _, job = tiny
     batch = _batch(job)
-    stepper = Stepper(job, mode="mtrm")
+    stepper = LocalStepper(job, mode="mtrm")
     for kind in ("batch", "stream", "batch"):
         stepper.step(kind, batch)
-    served, memory = stepper.predict(batch), stepper.predict(batch, output="memory")
-    assert served.shape == (64,) and not np.allclose(served, memory)  # default serve: adapt
-    clone = Stepper(job, mode="mtrm", seed=99)
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    memory, adapt = stepper.predict(batch, output="memory"), stepper.predict(batch, output="adapt")
+    mean = stepper.predict(batch, output="mean")
+    np.testing.assert_allclose(logit(mean), (logit(memory) + logit(adapt)) / 2, rtol=1e-4)
+    w = stepper.evidence.validation.weights()
+    np.testing.assert_allclose(stepper.predict(batch), w["memory"] * memory + w["adapt"] * adapt + w["mean"] * mean,
+                               rtol=1e-5)  # fmt: skip
+    assert stepper.config.served() == "mixture" and w["mean"] > 0.5
+    adapt_served = LocalStepper(job, mode="mtrm", serve="adapt")
+    assert adapt_served.config.served() == "adapt" and LocalStepper(job, mode="online").config.served() == "memory"
+    with pytest.raises(ValueError, match="serve: expected one of mixture|mean|adapt|memory"):
+        LocalStepper(job, mode="mtrm", serve="blend")
+
+
+def test_state_round_trip(tiny):
+    _, job = tiny
+    batch = _batch(job)
+    stepper = LocalStepper(job, mode="mtrm")
+    for kind in ("batch", "stream", "batch"):
+        stepper.step(kind, batch)
+    served = stepper.predict(batch)
+    clone = LocalStepper(job, mode="mtrm", seed=99)
     buffer = io.BytesIO()  # as a checkpoint does: serialise, then load into a fresh process' model
-    torch.save(stepper.state_dict(), buffer)
+    torch.save(stepper.checkpoint_state(3), buffer)
     buffer.seek(0)
-    clone.load_state_dict(torch.load(buffer, weights_only=False))
+    clone.load_state_dict(torch.load(buffer, weights_only=True))
     np.testing.assert_array_equal(clone.predict(batch), served)
+    assert clone.evidence.state_dict() == stepper.evidence.state_dict()
     a, b = stepper.step("stream", batch), clone.step("stream", batch)  # optimizer state restored too
     assert a.loss == b.loss
     np.testing.assert_array_equal(clone.predict(batch), stepper.predict(batch))
@@ -114,7 +140,7 @@ def test_served_output_and_state_round_trip(tiny):
 def test_a_step_after_predict_trains_in_training_mode_and_matches_one_without(tiny):
     _, job = tiny
     batch = _batch(job)
-    served, plain = Stepper(job, mode="mtrm"), Stepper(job, mode="mtrm")
+    served, plain = LocalStepper(job, mode="mtrm"), LocalStepper(job, mode="mtrm")
     served.predict(batch)
     assert not any(m.training for m in served.model.modules())  # predict() switched to eval
     a, b = served.step("stream", batch), plain.step("stream", batch)

@@ -1,0 +1,1 @@
+"""Backtests of the training modes: ``primus eval`` and the results table across worlds."""

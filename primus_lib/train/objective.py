@@ -1,0 +1,193 @@
+"""What one minibatch trains, in every mode: Primus's MTRM and the baselines on one code path.
+
+=====================  ======================  ======================================  ======================
+mode                   batch minibatch         stream minibatch                        served
+=====================  ======================  ======================================  ======================
+mtrm                   memory tower            memory tower, adapt tower (``h_aux``)   ``spec.model.serve``
+single_tower           the tower               the tower                               the tower
+offline                the tower               (not read)                              the tower
+online                 (not read)              the tower                               the tower
+offline_then_online    the tower until switch  the tower after the switch              the tower
+=====================  ======================  ======================================  ======================
+
+The memory tower and the shared tables train on every row a mode reads, exactly as the single
+tower does. The adapt tower trains on stream rows only, reading the memory logit without gradient
+(``h_aux``): the fresh view, which the batch rows (a day old) never reach. It moves the tables in
+proportion to its validated advantage (``validation.py``: its weight among MTRM's outputs, scored on
+complete labels); while that is ~0, MTRM's memory tower and tables move exactly as the single
+tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of
+its outputs that the same validation weighs (``serve: mixture``, the default). A stream row's label
+is provisional (late clicks are missing): every mode's stream loss is
+``spec.model.stream_correction``'s (``delayed.py``). docs/training.md has the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from primus_lib.spec.job import PrimusJob
+from primus_lib.spec.training import ServedOutput, StreamCorrection
+from primus_lib.train import delayed, modes
+from primus_lib.train.delayed import Completeness
+from primus_lib.train.model import TwoTowerModel
+from primus_lib.train.validation import DelayedValidation
+
+SERVED: tuple[str, ...] = get_args(ServedOutput)
+CORRECTIONS: tuple[str, ...] = get_args(StreamCorrection)
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """Everything a step needs from the spec, resolved once (``resolve``); both steppers read it."""
+
+    mode: str
+    serve: str
+    correction: str
+    learning_rate: float
+    sparse_learning_rate: float
+    seed: int
+    completeness: float | None = None  # a known share of clicks the stream label sees (None: estimated)
+
+    @property
+    def two_towers(self) -> bool:
+        return modes.two_towers(self.mode)
+
+    def served(self, output: str | None = None) -> str:
+        """The output served (``output`` overrides it): ``spec.model.serve`` in MTRM, the tower otherwise."""
+        return output or (self.serve if self.two_towers else "memory")
+
+    @classmethod
+    def resolve(cls, job: PrimusJob, *, mode: str | None = None, **overrides) -> StepConfig:
+        """The spec's values, with ``overrides`` (None: the spec's) as ``primus eval`` variants give them."""
+        spec = job.spec
+        values = {
+            "serve": spec.model.serve,
+            "correction": spec.model.stream_correction,
+            "learning_rate": spec.training.learning_rate,
+            "sparse_learning_rate": spec.training.sparse_learning_rate,
+            "seed": spec.training.seed,
+            **{k: v for k, v in overrides.items() if v is not None},
+        }
+        config = cls(mode=modes.check_mode(mode or spec.training.mode), **values)
+        if config.serve not in SERVED:
+            raise ValueError(f"serve: expected one of {'|'.join(SERVED)}, got {config.serve!r}")
+        if config.correction not in CORRECTIONS:
+            raise ValueError(f"stream_correction: expected one of {'|'.join(CORRECTIONS)}, got {config.correction!r}")
+        return config
+
+
+@dataclass
+class StepResult:
+    towers: tuple[str, ...]  # the towers this step trained
+    loss: float
+    probs: np.ndarray  # the step's predictions of its rows before the update (progressive)
+
+
+@dataclass
+class Forward:
+    loss: torch.Tensor  # per row
+    memory_logit: torch.Tensor
+    adapt_logit: torch.Tensor | None
+    towers: tuple[str, ...]
+
+
+class Evidence:
+    """What a stepper learns from the labels beyond the gradients, the same on every rank: ``c`` (the
+    share of clicks the stream label sees) and, in MTRM, the delayed validation of its outputs."""
+
+    def __init__(self, config: StepConfig):
+        self.correct = config.correction != "none"
+        self.completeness = Completeness(fixed=config.completeness)
+        self.validation = DelayedValidation() if config.two_towers else None
+
+    def before_step(self, kind: str, ids: list[str] | None, labels: torch.Tensor | None, group) -> None:
+        """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
+        if not self.correct and self.validation is None:
+            return
+        local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
+        scored = [0.0] * 4
+        if self.validation is not None and kind == "batch" and labels is not None:
+            scored = self.validation.score(ids, labels)
+        summed = group.sum(local + scored)
+        if self.correct:
+            self.completeness.add(kind, summed[0], int(summed[1]))
+        if self.validation is not None:
+            self.validation.add(summed[2:])
+
+    def after_forward(self, kind: str, ids: list[str] | None, out: Forward) -> None:
+        if self.validation is not None and kind == "stream" and out.adapt_logit is not None:
+            self.validation.record(ids, out.memory_logit, out.adapt_logit)
+
+    @property
+    def c(self) -> float:
+        return self.completeness.value
+
+    @property
+    def adapt_share(self) -> float:
+        return self.validation.adapt_share() if self.validation is not None else 0.0
+
+    def state_dict(self) -> dict:
+        state = {"completeness": self.completeness.state_dict()}
+        if self.validation is not None:
+            state["validation"] = self.validation.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.completeness.load_state_dict(state["completeness"])
+        if self.validation is not None:
+            self.validation.load_state_dict(state["validation"])
+
+
+def forward(
+    model: TwoTowerModel, config: StepConfig, kind: str, x: torch.Tensor, labels: torch.Tensor, evidence: Evidence
+) -> Forward:
+    """Per-row loss of a minibatch of ``kind`` (``"batch"``: complete labels; ``"stream"``: provisional)."""
+    if kind not in modes.KINDS:
+        raise ValueError(f"minibatch kind: expected one of {modes.KINDS}, got {kind!r}")
+    memory_logit = model.memory_forward(x)
+    if kind == "batch":
+        loss = F.binary_cross_entropy_with_logits(memory_logit, labels, reduction="none")
+        return Forward(loss, memory_logit, None, ("memory",))
+    c = evidence.c
+    loss = delayed.stream_loss(config.correction, memory_logit, labels, c)
+    if not config.two_towers:
+        return Forward(loss, memory_logit, None, ("memory",))
+    share = evidence.adapt_share  # the value is x either way; only the tables' gradient is scaled
+    adapt_logit = model.adapt_forward(
+        x * share + x.detach() * (1.0 - share) if share > 1e-6 else x.detach(), memory_logit
+    )
+    loss = loss + delayed.stream_loss(config.correction, adapt_logit, labels, c)
+    return Forward(loss, memory_logit, adapt_logit, ("memory", "adapt"))
+
+
+def served_probs(
+    output: str, memory_logit: torch.Tensor, adapt_logit: torch.Tensor | None, evidence: Evidence
+) -> torch.Tensor:
+    if output == "memory":
+        return torch.sigmoid(memory_logit)
+    if adapt_logit is None:
+        raise ValueError(f"served output {output!r} needs the adapt tower (mode mtrm)")
+    if output == "mixture":
+        return evidence.validation.mixture(memory_logit, adapt_logit)
+    return torch.sigmoid(adapt_logit if output == "adapt" else (memory_logit + adapt_logit) / 2)
+
+
+def progressive_probs(config: StepConfig, out: Forward, evidence: Evidence) -> np.ndarray:
+    """A step's predictions of its rows before the update: the served output where both towers ran
+    (MTRM's stream rows), else the memory tower's."""
+    output = config.served() if out.adapt_logit is not None else "memory"
+    return served_probs(output, out.memory_logit.detach(), out.adapt_logit, evidence).detach().cpu().numpy()
+
+
+@torch.no_grad()
+def predict_probs(model: TwoTowerModel, config: StepConfig, x: torch.Tensor, evidence: Evidence, output=None):
+    """The served probability of ``x`` (``output``: "memory" | "adapt" | "mean" | "mixture" overrides it)."""
+    output = config.served(output)
+    memory_logit = model.memory_forward(x)
+    adapt_logit = model.adapt_forward(x, memory_logit) if output != "memory" and model.two_towers else None
+    return served_probs(output, memory_logit, adapt_logit, evidence)

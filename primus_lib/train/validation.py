@@ -1,0 +1,112 @@
+"""Progressive validation against complete labels, inside the trainer: which of MTRM's outputs wins.
+
+The stream's real-time label misses late clicks, so scoring the towers on it favours the tower
+trained on it. The complete label of a stream row arrives with its batch copy, ``lag`` later. So an
+MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample),
+keyed by the sample id, and the batch step that brings a row's complete label scores them, as
+``primus eval`` scores a run. Three experts: the memory tower, the adapt tower and the mean of their
+logits. Their log losses are summed with an exponential discount (``HALFLIFE_ROWS`` scored rows) and
+the weights are ``exp(-L_k)`` normalised (the Bayesian mixture: its cumulative loss is within
+``log 3`` of the best expert's). The served output is ``sum_k w_k p_k``. Once the adapt tower wins
+the validation outright (weight above one half) it also moves the tables, with a share ``2 w - 1``
+of its gradient (``objective.forward``): a world in which the fresh tower beats the others
+(yesterday's data misleads) gets fresher tables; elsewhere they learn from the memory tower alone,
+exactly as the single tower's do. Before any row is scored the prior favours the mean.
+
+Kept rows are a sample when the stream outruns ``CAPACITY`` ids per lag (the sampling rate halves
+each time it overflows). Pending predictions are not checkpointed: after a restart the scoring
+resumes with the rows of the new process. A data-parallel world sums each step's losses over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+EXPERTS = ("memory", "adapt", "mean")
+PRIOR = {"memory": 3.0, "adapt": 3.0, "mean": 0.0}  # nats: before any evidence, serve the mean
+HALFLIFE_ROWS = 5_000.0
+CAPACITY = 200_000
+
+
+def _log_loss(logit: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, logit) - labels * logit  # -log sigmoid(l) if y else -log(1 - sigmoid(l))
+
+
+class DelayedValidation:
+    def __init__(self, capacity: int = CAPACITY, halflife_rows: float = HALFLIFE_ROWS):
+        self.capacity = capacity
+        self.decay = 0.5 ** (1.0 / halflife_rows)
+        self.loss = dict(PRIOR)
+        self.scored = 0.0
+        self.every = 1  # keep one stream row in ``every`` (by its id's hash)
+        self.pending: dict[str, tuple[float, float]] = {}  # id -> (memory logit, adapt logit)
+
+    def record(self, ids: list[str] | None, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> None:
+        """A stream minibatch's logits, before its step."""
+        if not ids:
+            return
+        memory, adapt = memory_logit.detach().cpu().numpy(), adapt_logit.detach().cpu().numpy()
+        every = self.every
+        for i, key in enumerate(ids):
+            if every == 1 or hash(key) % every == 0:
+                self.pending[key] = (float(memory[i]), float(adapt[i]))
+        if len(self.pending) > self.capacity:  # the oldest go; fewer rows are kept from now on
+            self.every *= 2
+            for key in list(self.pending)[: len(self.pending) - self.capacity // 2]:
+                del self.pending[key]
+
+    def score(self, ids: list[str] | None, labels: torch.Tensor) -> list[float]:
+        """The losses of a batch minibatch's rows that were kept: ``[memory, adapt, mean, rows]``."""
+        if not ids or not self.pending:
+            return [0.0, 0.0, 0.0, 0.0]
+        found, logits = [], []
+        for i, key in enumerate(ids):
+            got = self.pending.pop(key, None)
+            if got is not None:
+                found.append(i)
+                logits.append(got)
+        if not found:
+            return [0.0, 0.0, 0.0, 0.0]
+        y = labels.detach().cpu().numpy()[found].astype(np.float64)
+        memory, adapt = np.asarray(logits, dtype=np.float64).T
+        losses = [_log_loss(memory, y).sum(), _log_loss(adapt, y).sum(), _log_loss((memory + adapt) / 2, y).sum()]
+        return [*map(float, losses), float(len(found))]
+
+    def add(self, increments: list[float]) -> None:
+        """Fold in a step's losses (summed over ranks in a data-parallel world)."""
+        rows = increments[3]
+        if not rows:
+            return
+        keep = self.decay**rows
+        for name, value in zip(EXPERTS, increments[:3], strict=True):
+            self.loss[name] = self.loss[name] * keep + value
+        self.scored += rows
+
+    def weights(self) -> dict[str, float]:
+        low = min(self.loss.values())
+        raw = {k: math.exp(low - v) for k, v in self.loss.items()}
+        total = sum(raw.values())
+        return {k: v / total for k, v in raw.items()}
+
+    def adapt_share(self) -> float:
+        """The adapt tower's share of the table updates: 0 until it holds most of the weight, then ``2 w - 1``."""
+        return max(0.0, 2.0 * self.weights()["adapt"] - 1.0)
+
+    def mixture(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> torch.Tensor:
+        """The served probability ``sum_k w_k p_k``."""
+        w = self.weights()
+        mean = (memory_logit + adapt_logit) / 2
+        return (
+            w["memory"] * torch.sigmoid(memory_logit)
+            + w["adapt"] * torch.sigmoid(adapt_logit)
+            + w["mean"] * torch.sigmoid(mean)
+        )
+
+    def state_dict(self) -> dict:
+        return {"loss": dict(self.loss), "scored": self.scored, "every": self.every}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss, self.scored, self.every = dict(state["loss"]), float(state["scored"]), int(state["every"])
