@@ -85,7 +85,8 @@ def table(results: list[WorldResult]) -> str:
         late = "-" if r.late is None else f"{r.late:.0%}"
         lead_cell = "-" if lead is None else f"{lead[0]:+.4f} ({lead[1]:+.4f}) vs {lead[2]}"
         lines.append(
-            f"| {r.world} | {r.split} | {late} | {len(r.seeds)} | " + " | ".join(cells)
+            f"| {r.world} | {r.split} | {late} | {len(r.seeds)} | "
+            + " | ".join(cells)
             + f" | {'-' if not mtrm else f'{_mean(mtrm):.4f}'} | {lead_cell} |"
         )
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -94,6 +95,9 @@ class TrainingSpec(SpecModel):
     )
     checkpoint_interval: Duration | None = Field(None, description="Default: after every batch window.")
     seed: int = 0
+    collective_timeout: Duration = Field(
+        timedelta(minutes=30), description="Under torchrun: how long a rank waits in a collective for the others before it fails."
+    )
     sharding: Literal["replicate", "dmp"] = Field(
         "replicate",
         description="Embedding tables of a trainer with several ranks (torchrun): every rank holds them all "

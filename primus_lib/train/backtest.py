@@ -324,12 +324,11 @@ def _model_seed_offset(value: int) -> int:
 def _load(options: BacktestOptions, job: PrimusJob, data: Path | None) -> PrimusJob:
     """The spec again with ${PRIMUS_DATA} bound to ``data`` (per-seed data roots; with --data-seeds
     the stream is the generated replay file)."""
-    import os
-
+    from primus_lib.settings import spec_environment
     from primus_lib.spec import load_job
 
     if options.spec_path is not None and data is not None:
-        loaded = load_job(options.spec_path, env={**os.environ, "PRIMUS_DATA": str(data)})
+        loaded = load_job(options.spec_path, env={**spec_environment(), "PRIMUS_DATA": str(data)})
         features = job.spec.features  # a generated world's extra features (with_world_features)
         job = loaded.model_copy(update={"spec": loaded.spec.model_copy(update={"features": features})})
     return _generated_stream(job, data) if options.data_seeds and data is not None else job

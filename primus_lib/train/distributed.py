@@ -12,7 +12,6 @@ holds on every rank. CPU tensors go over gloo; with CUDA the group is ``cpu:gloo
 from __future__ import annotations
 
 import io
-import os
 from datetime import timedelta
 
 import pyarrow as pa
@@ -21,19 +20,22 @@ import torch.distributed as dist
 
 
 def world() -> tuple[int, int]:
-    """(rank, world size) of this process: the process group's, else torchrun's environment."""
+    """(rank, world size) of this process: the process group's, else a world of one."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return 0, 1
 
 
-def maybe_init_distributed() -> None:
-    """Start the process group when launched by torchrun (MASTER_ADDR set)."""
-    if "MASTER_ADDR" not in os.environ or dist.is_initialized():
+def launched_by_torchrun() -> bool:
+    return dist.is_available() and dist.is_torchelastic_launched()
+
+
+def maybe_init_distributed(timeout: timedelta = timedelta(minutes=30)) -> None:
+    """Start the process group when launched by torchrun (gloo for CPU tensors, nccl for CUDA ones);
+    ``timeout`` bounds every collective (``spec.training.collective_timeout``)."""
+    if not launched_by_torchrun() or dist.is_initialized():
         return
-    default = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    backend = os.environ.get("PRIMUS_DIST_BACKEND", default)
-    timeout = timedelta(seconds=float(os.environ.get("PRIMUS_DIST_TIMEOUT", "1800")))
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend, timeout=timeout)
 
 
@@ -41,13 +43,10 @@ class Group:
     """The collectives of a data-parallel trainer; a world of one makes every call local."""
 
     def __init__(self) -> None:
+        if launched_by_torchrun() and not dist.is_initialized():
+            raise RuntimeError("launched by torchrun but no process group: start it first (maybe_init_distributed)")
         self.rank, self.size = world()
         self.active = self.size > 1
-        if self.active and not dist.is_initialized():
-            raise RuntimeError(
-                f"WORLD_SIZE={self.size} but no process group: start `primus train` with torchrun "
-                "(MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)"
-            )
 
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (float64: exact for counts below 2**53)."""

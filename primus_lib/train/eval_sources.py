@@ -75,7 +75,7 @@ def _partition_files(job: PrimusJob, stream: StreamSpec, source: SourceSpec, hou
     name = f"source {source.name!r} of stream {stream.name!r}"
     if source.uri is None:
         raise EvalInputError(f"{name}: a batch source needs a uri")
-    location = resolve(source.uri)
+    location = resolve(source.uri, _credentials(source, name))
     window = job.spec.timer.window_size
     parts = {h: partition(location.path, h, source.file_pattern, source.success_marker) for h in hours
              if (source.start is None or h + window > source.start) and (source.end is None or h < source.end)}  # fmt: skip
@@ -168,7 +168,7 @@ def _read_replay(job, stream: StreamSpec, source: SourceSpec, start, end, letter
 
     if source.uri is None:
         raise EvalInputError(f"source {source.name!r} of stream {stream.name!r}: neither kafka nor uri")
-    location = resolve(source.uri)
+    location = resolve(source.uri, _credentials(source, f"source {source.name!r} of stream {stream.name!r}"))
     if not has_placeholders(location.path) and location.fs.get_file_info(location.path).type == pafs.FileType.NotFound:
         raise EvalInputError(f"{source.uri}: stream file missing (source {source.name!r} of stream {stream.name!r})")
     reader = ReplayStreamReader(job, stream, source, start=start, end=end, dead_letters=letters)
@@ -246,3 +246,10 @@ def _line(exc: BaseException) -> str:
 def _named(uri: str, exc: BaseException) -> str:
     message = _line(exc)
     return message if uri in message else f"{uri}: {message}"
+
+
+def _credentials(source: SourceSpec, where: str):
+    """The source's storage credentials (its ``connection_id``, else the default connection of its kind)."""
+    from primus_lib.credentials import current
+
+    return current().storage(source.connection_id, where, source.uri or "")

@@ -6,7 +6,6 @@ with the buffers' pending rows (saved in the checkpoint) that is the exact data 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -154,21 +153,12 @@ class StreamFeed:
         return self.reader.end_of_data()
 
 
-STREAM_SOURCE_ENV = "PRIMUS_STREAM_SOURCE"  # "executors" | "kafka": overrides the spec
-
-
 def executors_serve_streams(job: PrimusJob) -> bool:
     """Whether the trainer pulls its streams from stream executors over Flight (the spec has a
-    ``stream_executor`` role with replicas and its streams are Kafka topics, or
-    ``$PRIMUS_STREAM_SOURCE=executors``) rather than reading the sources itself. File replays are
-    read by the trainer: executors serve Kafka only."""
+    ``stream_executor`` role with replicas and its streams are Kafka topics) rather than reading the
+    sources itself. File replays are read by the trainer: executors serve Kafka only."""
     from primus_lib.resources.discovery import executor_replicas
 
-    chosen = os.environ.get(STREAM_SOURCE_ENV, "").strip().lower()
-    if chosen:
-        if chosen not in ("executors", "kafka"):
-            raise ValueError(f"${STREAM_SOURCE_ENV}: expected 'executors' or 'kafka', found {chosen!r}")
-        return chosen == "executors"
     kafka_only = all(source.kafka is not None for stream in job.stream_streams for source in stream.sources)
     return bool(job.stream_streams) and kafka_only and executor_replicas(job) > 0
 

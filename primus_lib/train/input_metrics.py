@@ -7,7 +7,6 @@ checkpoints; any metrics failure is logged and ignored."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,7 +71,6 @@ class InputMetrics:
 
 
 def _local_rank() -> int:
-    try:
-        return int(os.environ.get("LOCAL_RANK", "0"))
-    except ValueError:
-        return 0
+    from primus_lib.settings import settings
+
+    return settings().local_rank or 0

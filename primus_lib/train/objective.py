@@ -149,20 +149,28 @@ def forward(
     """Per-row loss of a minibatch of ``kind`` (``"batch"``: complete labels; ``"stream"``: provisional)."""
     if kind not in modes.KINDS:
         raise ValueError(f"minibatch kind: expected one of {modes.KINDS}, got {kind!r}")
-    memory_logit = model.memory_forward(x)
-    if kind == "batch":
+    share = evidence.adapt_share  # the fresh tower's validated share of the tables (0: the single tower's)
+    if kind == "batch":  # a day-old row moves the tables the less, the more the fresh tower has won
+        memory_logit = model.memory_forward(_scaled(x, 1.0 - share))
         loss = F.binary_cross_entropy_with_logits(memory_logit, labels, reduction="none")
         return Forward(loss, memory_logit, None, ("memory",))
+    memory_logit = model.memory_forward(x)
     c = evidence.c
     loss = delayed.stream_loss(config.correction, memory_logit, labels, c)
     if not config.two_towers:
         return Forward(loss, memory_logit, None, ("memory",))
-    share = evidence.adapt_share  # the value is x either way; only the tables' gradient is scaled
-    adapt_logit = model.adapt_forward(
-        x * share + x.detach() * (1.0 - share) if share > 1e-6 else x.detach(), memory_logit
-    )
+    adapt_logit = model.adapt_forward(_scaled(x, share), memory_logit)
     loss = loss + delayed.stream_loss(config.correction, adapt_logit, labels, c)
     return Forward(loss, memory_logit, adapt_logit, ("memory", "adapt"))
+
+
+def _scaled(x: torch.Tensor, share: float) -> torch.Tensor:
+    """``x`` whose gradient into the tables is scaled by ``share`` (the value is unchanged)."""
+    if share >= 1.0:
+        return x
+    if share <= 0.0:
+        return x.detach()
+    return x * share + x.detach() * (1.0 - share)
 
 
 def served_probs(

@@ -40,7 +40,6 @@ local one, so the trainer's control loop drives it unchanged:
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from pathlib import Path
 
@@ -49,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
 from primus_lib.train.batch import Batch
@@ -117,7 +117,7 @@ def build_sharded_model(
 
 
 def _local_world(world: int) -> int:
-    return int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    return settings().local_world_size or world
 
 
 def table_placement(dmp) -> dict[str, list[tuple[str, list[int]]]]:
@@ -154,7 +154,7 @@ class ShardedStepper:
         self.evidence = Evidence(self.config)
         if device is None:  # torchrun: one GPU per local rank
             cuda = torch.cuda.is_available()
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+            device = torch.device("cuda", settings().local_rank or 0) if cuda else torch.device("cpu")
         if device.type == "cuda":
             torch.cuda.set_device(device)
         self.device = device

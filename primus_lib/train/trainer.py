@@ -9,7 +9,6 @@ training loop). This module keeps the names callers import.
 from __future__ import annotations
 
 import gc
-import os
 
 import torch
 from prometheus_client import CollectorRegistry
@@ -32,8 +31,8 @@ def run_trainer(
     """Start the process group when launched by torchrun, run the trainer, tear the group down."""
     from primus_lib.train.distributed import maybe_init_distributed
 
-    torch.set_num_threads(int(os.environ.get("PRIMUS_TORCH_THREADS", "1")))
-    maybe_init_distributed()
+    torch.set_num_threads(max(1, int(job.spec.resources.roles["trainer"].cpu)))  # the role's allotment
+    maybe_init_distributed(job.spec.training.collective_timeout)
     try:
         trainer = Trainer(job, options, stream_readers, registry)
         # The imports and the model are hundreds of thousands of long-lived objects: frozen, the

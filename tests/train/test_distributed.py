@@ -167,10 +167,10 @@ def _wait_gone(pids: list[int]) -> None:
 def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path, sharding):
     """Replicated tables, and tables sharded by TorchRec DistributedModelParallel (table-wise on gloo)."""
     spec, job = tiny
-    spec.write_text(spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}"))
+    spec.write_text(spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}, collective_timeout: 120s"))
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PRIMUS_DIST_TIMEOUT": "120"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd = [
         *torchrun,
@@ -261,7 +261,7 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
     capsys.readouterr()
     events = [json.loads(line)["request_id"] for line in (tmp_path / "data" / "stream" / "events.jsonl").open()]
     log = tmp_path / "ids.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PRIMUS_DIST_TIMEOUT": "120"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += ["-m", "primus_lib.cli.main", "train", str(spec), "--poll-interval", "0.05", "--idle-exit", "3"]
     cmd += ["--sample-log", str(log)]
