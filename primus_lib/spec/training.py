@@ -96,7 +96,8 @@ class TrainingSpec(SpecModel):
     checkpoint_interval: Duration | None = Field(None, description="Default: after every batch window.")
     seed: int = 0
     collective_timeout: Duration = Field(
-        timedelta(minutes=30), description="Under torchrun: how long a rank waits in a collective for the others before it fails."
+        timedelta(minutes=30),
+        description="Under torchrun: how long a rank waits in a collective for the others before it fails.",
     )
     sharding: Literal["replicate", "dmp"] = Field(
         "replicate",

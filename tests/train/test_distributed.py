@@ -167,7 +167,9 @@ def _wait_gone(pids: list[int]) -> None:
 def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path, sharding):
     """Replicated tables, and tables sharded by TorchRec DistributedModelParallel (table-wise on gloo)."""
     spec, job = tiny
-    spec.write_text(spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}, collective_timeout: 120s"))
+    spec.write_text(
+        spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}, collective_timeout: 120s")
+    )
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
