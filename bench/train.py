@@ -35,12 +35,12 @@ import torch  # noqa: E402
 from primus_lib.data.datagen import generate  # noqa: E402
 from primus_lib.data.shards import write_window  # noqa: E402
 from primus_lib.data.training_queue import TrainingQueue  # noqa: E402
+from primus_lib.evaluation.replay import TableStreamReader, batch_window, stream_file  # noqa: E402
 from primus_lib.paths import JobPaths, window_id  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
-from primus_lib.train.batch import to_batch  # noqa: E402
-from primus_lib.train.replay import TableStreamReader, batch_window, stream_file  # noqa: E402
-from primus_lib.train.steps import LocalStepper  # noqa: E402
-from primus_lib.train.trainer import Trainer, TrainerOptions  # noqa: E402
+from primus_lib.train.model.batch import to_batch  # noqa: E402
+from primus_lib.train.model.stepper import LocalStepper  # noqa: E402
+from primus_lib.train.runtime.trainer import Trainer, TrainerOptions  # noqa: E402
 
 # Rows per hourly window: the trainer checkpoints once per consumed window (progress.json, which
 # the Airflow train task waits on, may name a window only once a checkpoint covers it); a write

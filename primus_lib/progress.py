@@ -32,7 +32,7 @@ from primus_lib.storage import StorageLocation, is_remote, locate
 
 
 class WindowMetrics(Protocol):
-    """What a window's entry is made of (``primus_lib.train.metrics.WindowStats`` is one)."""
+    """What a window's entry is made of (``primus_lib.train.model.metrics.WindowStats`` is one)."""
 
     samples: int
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from primus_lib.progress import consumed_metrics, missing, progress_key, read_progress, window_summary, write_progress
-from primus_lib.train.metrics import WindowStats
+from primus_lib.train.model.metrics import WindowStats
 
 
 def test_written_then_read_back(tmp_path):

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus_lib.data.datagen import generate
-from primus_lib.train.sample_log import read_sample_log
+from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.fixtures._proc import free_port, wait_for_line
 
 pytestmark = pytest.mark.slow

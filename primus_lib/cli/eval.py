@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.data_seeds:
         env.setdefault("PRIMUS_DATA", os.path.abspath(os.path.join(args.out, "data")))
     job = load_job(args.spec, env)  # before torch is imported: a bad spec answers at once
-    from primus_lib.train.backtest import BacktestOptions, run_backtest
-    from primus_lib.train.eval_sources import EvalInputError
+    from primus_lib.evaluation.backtest import BacktestOptions, run_backtest
+    from primus_lib.evaluation.sources import EvalInputError
 
     data = args.data or (os.path.join(args.out, "data") if args.data_seeds else None)
     try:

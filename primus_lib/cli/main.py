@@ -9,7 +9,7 @@ import sys
 from primus_lib import __version__
 from primus_lib.commands import SUBCOMMANDS
 from primus_lib.spec.errors import SpecError
-from primus_lib.train.safe_load import UnsafeCheckpointError
+from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:

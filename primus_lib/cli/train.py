@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", metavar="SPEC")
     parser.add_argument("--until-window", metavar="WINDOW_ID", help="stop after this batch window (YYYYMMDDTHHMMSSZ)")
     parser.add_argument("--max-steps", type=int, help="stop after this many training steps in total")
-    parser.add_argument("--mode", help="override spec.training.mode (see primus_lib/train/modes.py)")
+    parser.add_argument("--mode", help="override spec.training.mode (see primus_lib/train/model/modes.py)")
     parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds between looks for new windows")
     parser.add_argument("--checkpoint-steps", type=int, help="also checkpoint every N steps (default: per window)")
     parser.add_argument(
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from primus_lib.paths import parse_window_id
     from primus_lib.spec import load_job
     from primus_lib.timegrid import parse_utc
-    from primus_lib.train.modes import MODES
-    from primus_lib.train.trainer import TrainerOptions, run_trainer
+    from primus_lib.train.model.modes import MODES
+    from primus_lib.train.runtime.trainer import TrainerOptions, run_trainer
 
     job = load_job(args.spec)
     try:

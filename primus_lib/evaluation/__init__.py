@@ -1,1 +1,2 @@
-"""Backtests of the training modes: ``primus eval`` and the results table across worlds."""
+"""``primus eval``: the trainer backtested over replayed worlds (``backtest.py``, ``timeline.py``), its
+sources and report, the real logs shipped in wheels, and the results table across worlds."""

@@ -17,7 +17,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URI_SCHEMES = ("file", "s3", "hdfs", "webhdfs")
 REQUIRED_ROLES = ("trainer",)
 # The data stream kinds each training mode reads: the one table of the modes (names in
-# training.TrainingMode). primus_lib.train.modes derives the trainer's and eval's rules from it.
+# training.TrainingMode). primus_lib.train.model.modes derives the trainer's and eval's rules from it.
 MODE_NEEDS: dict[str, tuple[str, ...]] = {
     "mtrm": ("batch", "stream"),
     "single_tower": ("batch", "stream"),

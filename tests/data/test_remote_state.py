@@ -25,7 +25,7 @@ from primus_lib.paths import JobPaths
 from primus_lib.spec.errors import SpecError
 from primus_lib.spec.loader import job_from_document
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train.checkpoint import COMMIT, load_latest, save_checkpoint
+from primus_lib.train.checkpoint.store import COMMIT, load_latest, save_checkpoint
 from tests.data.helpers import T0, job_doc, make_job, write_layout
 from tests.fixtures import connections
 

@@ -257,8 +257,8 @@ def test_the_trainer_trains_from_executors_and_commits_after_its_checkpoints(
     kafka_broker, tmp_path, monkeypatch, capsys, executors
 ):
     from primus_lib.cli.main import main
-    from primus_lib.train.feeds import stream_readers
-    from primus_lib.train.trainer import Trainer, TrainerOptions
+    from primus_lib.train.runtime.feeds import stream_readers
+    from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
     from tests.train.conftest import kafka_spec
 
     topic = kafka_broker.new_topic(partitions=2, prefix="ctr")

@@ -27,7 +27,7 @@ import pytest
 from devstack.airflow import Airflow
 from devstack.proc import poll_until
 from primus_lib.paths import parse_window_id
-from primus_lib.train.sample_log import read_sample_log
+from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.fixtures.airflow import airflow_binary, make_job, start_airflow_processes, stop_airflow_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]

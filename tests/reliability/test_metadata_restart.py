@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from devstack.postgres import ROLE
-from primus_lib.train.sample_log import read_sample_log
+from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.fixtures.postgres import own_cluster
 from tests.reliability.test_airflow_faults import produced_ids
 from tests.reliability.test_load import _bench

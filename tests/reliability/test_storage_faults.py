@@ -37,7 +37,7 @@ from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec import job_from_document
 from primus_lib.storage import StorageUnavailable
-from primus_lib.train.checkpoint import load_latest, save_checkpoint
+from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
 from tests.data.helpers import T0, job_doc, make_job, write_layout
 from tests.fixtures._proc import free_port, start, stop
 from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, S3Server, weed_binary

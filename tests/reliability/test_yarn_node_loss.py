@@ -22,12 +22,12 @@ import psutil
 import pytest
 
 from primus_lib.data.datagen import generate
+from primus_lib.evaluation.replay import batch_window
 from primus_lib.paths import JobPaths
 from primus_lib.progress import read_progress
 from primus_lib.resources.yarn import YarnBackend
 from primus_lib.spec import load_job
-from primus_lib.train.replay import batch_window
-from primus_lib.train.sample_log import read_sample_log
+from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.resources.test_yarn import wait_for
 from tests.train.conftest import START, commit_windows
 

@@ -16,7 +16,7 @@ from primus_lib.paths import JobPaths
 from primus_lib.scaling.horizontal import STARVED_MIN
 from primus_lib.scaling.step import reader_for, scaling_step
 from primus_lib.spec import load_job
-from primus_lib.train.trainer import Trainer, TrainerOptions
+from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.train.conftest import SPEC, START, make_job
 
 # The data tasks run inside the pytest process, whose RSS depends on what the whole suite has

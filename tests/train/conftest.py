@@ -76,7 +76,7 @@ def kafka_spec(root: Path, monkeypatch, broker, topic: str, *, mode: str, batch_
 
 def commit_windows(job, hours: range, rows_per_shard: int = 50) -> list[int]:
     """Commit batch windows the way the data plane's Sink does (shards + queue append)."""
-    from primus_lib.train.replay import batch_window
+    from primus_lib.evaluation.replay import batch_window
 
     paths = JobPaths.for_job(job)
     queue = TrainingQueue(paths.ledger)

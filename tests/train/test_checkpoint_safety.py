@@ -21,8 +21,8 @@ import torch
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
 from primus_lib.storage import locate
-from primus_lib.train.checkpoint import load_latest, save_checkpoint
-from primus_lib.train.safe_load import UnsafeCheckpointError
+from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError
+from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
 from tests.train.conftest import commit_windows, make_job
 
 
@@ -89,9 +89,9 @@ def test_load_latest_refuses_a_payload_in_a_local_checkpoint(tmp_path, form):
 def test_a_trainer_state_round_trips_through_the_weights_only_load(tmp_path, monkeypatch):
     """What the trainer checkpoints (towers, Adam and the fused sparse optimizer after a step, the
     completeness counts) is all plain data: the safe load restores it bit for bit."""
-    from primus_lib.train.batch import to_batch
-    from primus_lib.train.replay import batch_window
-    from primus_lib.train.steps import LocalStepper
+    from primus_lib.evaluation.replay import batch_window
+    from primus_lib.train.model.batch import to_batch
+    from primus_lib.train.model.stepper import LocalStepper
     from tests.train.conftest import START
 
     _, job = make_job(tmp_path, monkeypatch, hours=1, lag=1, rows=80)
@@ -135,8 +135,8 @@ def _dcp_dir(root: Path, state: dict) -> Path:
 def test_dcp_metadata_carrying_a_payload_is_refused_and_runs_nothing(tmp_path):
     import torch.distributed.checkpoint as dcp
 
-    from primus_lib.train import safe_dcp
-    from primus_lib.train.sharded_checkpoint import load_dcp
+    from primus_lib.train.checkpoint import safe_dcp
+    from primus_lib.train.checkpoint.sharded import load_dcp
 
     marker = tmp_path / "payload-ran"
     directory = _dcp_dir(tmp_path, {"w": torch.arange(4.0), "lr": {"value": 0.5, "betas": (0.9, 0.99)}})
@@ -164,7 +164,7 @@ def test_dcp_metadata_carrying_a_payload_is_refused_and_runs_nothing(tmp_path):
 def test_a_dcp_item_carrying_a_payload_is_refused_and_runs_nothing(tmp_path):
     import torch.distributed.checkpoint as dcp
 
-    from primus_lib.train import safe_dcp
+    from primus_lib.train.checkpoint import safe_dcp
 
     marker = tmp_path / "payload-ran"
     directory = _dcp_dir(tmp_path, {"w": torch.arange(4.0), "extra": Payload(marker)})
@@ -179,7 +179,7 @@ def test_a_dcp_item_carrying_a_payload_is_refused_and_runs_nothing(tmp_path):
 
 @pytest.mark.integration
 def test_a_sharded_model_on_s3_with_a_payload_in_its_metadata_is_refused(tmp_path, s3_env):
-    from primus_lib.train.sharded_checkpoint import load_dcp
+    from primus_lib.train.checkpoint.sharded import load_dcp
 
     bucket = f"primus-{uuid.uuid4().hex[:8]}"
     s3_env.filesystem().create_dir(bucket)

@@ -10,8 +10,8 @@ import torch
 from torch.nn import functional as F
 
 from primus_lib.spec.training import ModelSpec
-from primus_lib.train.delayed import Completeness, likelihood_loss, stream_loss
-from primus_lib.train.steps import LocalStepper
+from primus_lib.train.model.delayed import Completeness, likelihood_loss, stream_loss
+from primus_lib.train.model.stepper import LocalStepper
 from tests.train.test_steps import _batch
 
 

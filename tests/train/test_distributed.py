@@ -25,15 +25,15 @@ from prometheus_client import CollectorRegistry
 
 from primus_lib.cli.main import main
 from primus_lib.data.sources.kafka import default_group
+from primus_lib.evaluation.replay import TableStreamReader, batch_window, stream_file
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
-from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import load_latest
-from primus_lib.train.distributed import Group
-from primus_lib.train.replay import TableStreamReader, batch_window, stream_file
-from primus_lib.train.sample_log import read_sample_log, read_sample_logs
-from primus_lib.train.steps import LocalStepper
-from primus_lib.train.trainer import Trainer, TrainerOptions
+from primus_lib.train.checkpoint.store import load_latest
+from primus_lib.train.distributed.group import Group
+from primus_lib.train.model.batch import to_batch
+from primus_lib.train.model.stepper import LocalStepper
+from primus_lib.train.runtime.sample_log import read_sample_log, read_sample_logs
+from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.train.conftest import START, commit_windows, kafka_spec
 
 KINDS = ["batch", "stream", "batch", "stream", "stream", "batch"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from primus_lib.train.input_metrics import InputMetrics
+from primus_lib.train.runtime.input_metrics import InputMetrics
 
 
 def _metrics(tmp_path) -> InputMetrics:

@@ -14,8 +14,8 @@ from primus_lib.data.sources import open_stream
 from primus_lib.data.sources.kafka import default_group
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
-from primus_lib.train.feeds import StreamFeed
-from primus_lib.train.trainer import Trainer, TrainerOptions
+from primus_lib.train.runtime.feeds import StreamFeed
+from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.train.conftest import commit_windows, kafka_spec
 
 pytestmark = pytest.mark.integration

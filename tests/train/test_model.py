@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from primus_lib.train.steps import LocalStepper
+from primus_lib.train.model.stepper import LocalStepper
 
 
 def test_mtrm_starts_its_memory_tower_and_tables_as_the_single_tower_and_feeds_h_aux_to_the_adapt_tower(tiny):

@@ -7,10 +7,10 @@ from typing import get_args
 
 import pytest
 
+from primus_lib.evaluation.backtest import RunConfig
 from primus_lib.spec.checks import MODE_NEEDS
 from primus_lib.spec.training import TrainingMode
-from primus_lib.train import modes
-from primus_lib.train.backtest import RunConfig
+from primus_lib.train.model import modes
 from tests.train.conftest import START
 
 
@@ -34,9 +34,9 @@ def test_eval_runs_the_trainer_loop(tiny, monkeypatch, mode):
     from datetime import timedelta
     from pathlib import Path
 
-    from primus_lib.train.backtest import load_timeline, run_one
-    from primus_lib.train.feeds import BatchFeed
-    from primus_lib.train.loop import Trainer
+    from primus_lib.evaluation.backtest import load_timeline, run_one
+    from primus_lib.train.runtime.feeds import BatchFeed
+    from primus_lib.train.runtime.loop import Trainer
 
     _, job = tiny
     data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent

@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from primus_lib.train.priority import Buffer, PriorityReader
+from primus_lib.train.runtime.priority import Buffer, PriorityReader
 
 
 def _rows(start: int, n: int) -> pa.Table:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from primus_lib.train.priority import Buffer, PriorityReader, priority
+from primus_lib.train.runtime.priority import Buffer, PriorityReader, priority
 
 
 def _rows(n, start=0):

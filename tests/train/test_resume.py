@@ -17,9 +17,9 @@ from pathlib import Path
 import pyarrow.json as pajson
 import pytest
 
+from primus_lib.evaluation.replay import batch_window
 from primus_lib.paths import JobPaths
-from primus_lib.train.replay import batch_window
-from primus_lib.train.sample_log import read_sample_log
+from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.train.conftest import START, commit_windows
 
 

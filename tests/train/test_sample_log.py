@@ -1,4 +1,4 @@
-"""primus_lib.train.sample_log: the counting rule of the exactly-once checks (kept = the steps the
+"""primus_lib.train.runtime.sample_log: the counting rule of the exactly-once checks (kept = the steps the
 final model state holds, replayed = the steps a successor trained again) and records a kill cut."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from primus_lib.train.sample_log import SampleLogWriter, read_sample_log, read_sample_logs
+from primus_lib.train.runtime.sample_log import SampleLogWriter, read_sample_log, read_sample_logs
 
 
 def _ids(stream: str, *ids: str) -> Counter:

@@ -17,8 +17,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from primus_lib.spec import load_job
-from primus_lib.train.batch import to_batch
-from primus_lib.train.checkpoint import load_latest, save_checkpoint
+from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
+from primus_lib.train.model.batch import to_batch
 from tests.train.conftest import SPEC
 
 ROWS = 64  # global minibatch; each rank takes half
@@ -102,7 +102,7 @@ def _rank_batch(rng: np.random.Generator, rank: int, step: int, features):
 
 
 def _run(rank: int, job, out: Path) -> None:
-    from primus_lib.train.sharded import ShardedStepper, table_placement
+    from primus_lib.train.distributed.sharded import ShardedStepper, table_placement
 
     features = job.spec.features
     stepper = ShardedStepper(job)
@@ -224,7 +224,7 @@ def test_sharded_two_ranks(spec_file, tmp_path):
 
 def _run_steps(rank: int, job, out: Path) -> None:
     """MATCH_STEPS steps of the default config, recording whether the tables moved at each."""
-    from primus_lib.train.sharded import ShardedStepper
+    from primus_lib.train.distributed.sharded import ShardedStepper
 
     stepper = ShardedStepper(job)
     initial, rng, moves = _full_state(stepper), np.random.default_rng(11), []
@@ -256,8 +256,8 @@ def test_sharded_two_ranks_match_one_process(spec_file, tmp_path):
 def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol: float = 1e-4) -> None:
     """The sharded pair equals one replicated process stepping the union of both halves from the
     same weights (towers and tables, to 1e-4 after ``steps`` steps: float summation order differs)."""
-    from primus_lib.train.distributed import Group
-    from primus_lib.train.steps import LocalStepper
+    from primus_lib.train.distributed.group import Group
+    from primus_lib.train.model.stepper import LocalStepper
 
     job = load_job(spec_file)
     states = torch.load(out / "states.pt", weights_only=False)
@@ -293,10 +293,10 @@ def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol
 
 def test_sharding_choice_and_types(spec_file):
     """``spec.training.sharding`` picks the stepper; CUDA-only sharding types are refused on the CPU."""
-    from primus_lib.train.distributed import Group
-    from primus_lib.train.objective import StepConfig
-    from primus_lib.train.sharded import sharding_types
-    from primus_lib.train.steps import LocalStepper, make_stepper
+    from primus_lib.train.distributed.group import Group
+    from primus_lib.train.distributed.sharded import sharding_types
+    from primus_lib.train.model.objective import StepConfig
+    from primus_lib.train.model.stepper import LocalStepper, make_stepper
 
     cpu = torch.device("cpu")
     assert sharding_types(cpu) == ("table_wise",)
@@ -325,7 +325,7 @@ def _run_s3(rank: int, job, out: Path) -> None:
     """Train a few steps, checkpoint to S3 as the trainer does (model 1 committed, model 2 never
     named: a kill in between, model 3 committed), then a fresh pair resumes from S3 alone."""
     from primus_lib.paths import JobPaths
-    from primus_lib.train.sharded import ShardedStepper
+    from primus_lib.train.distributed.sharded import ShardedStepper
 
     features = job.spec.features
     root = JobPaths.for_job(job).checkpoints  # s3://bucket/jobs/<job>/trainer/checkpoints

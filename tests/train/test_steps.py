@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 import torch
 
-from primus_lib.train.batch import to_batch
-from primus_lib.train.objective import StepConfig, forward
-from primus_lib.train.steps import LocalStepper
+from primus_lib.train.model.batch import to_batch
+from primus_lib.train.model.objective import StepConfig, forward
+from primus_lib.train.model.stepper import LocalStepper
 
 
 def _batch(job, rows=64, seed=0):

@@ -10,10 +10,10 @@ import pyarrow.compute as pc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from primus_lib.evaluation.replay import TableStreamReader, stream_file
 from primus_lib.paths import JobPaths
-from primus_lib.train.checkpoint import load_latest
-from primus_lib.train.replay import TableStreamReader, stream_file
-from primus_lib.train.trainer import Trainer, TrainerOptions
+from primus_lib.train.checkpoint.store import load_latest
+from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.train.conftest import START, commit_windows
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from primus_lib.train.validation import PRIOR, DelayedValidation
+from primus_lib.train.model.validation import PRIOR, DelayedValidation
 
 
 def _scored(validation, ids, labels):

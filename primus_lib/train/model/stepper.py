@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from primus_lib.spec.job import PrimusJob
-from primus_lib.train.batch import Batch
-from primus_lib.train.distributed import Group
-from primus_lib.train.model import Tables, TwoTowerModel
-from primus_lib.train.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
+from primus_lib.train.distributed.group import Group
+from primus_lib.train.model.batch import Batch
+from primus_lib.train.model.network import Tables, TwoTowerModel
+from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
 
 __all__ = ["LocalStepper", "StepConfig", "StepResult", "Stepper", "make_stepper"]
 
@@ -50,7 +50,7 @@ def make_stepper(job: PrimusJob, config: StepConfig, group) -> Stepper:
     tables for several ranks, the fused collection in one process."""
     if group.active and job.spec.training.sharding == "dmp":
         from primus_lib.paths import JobPaths
-        from primus_lib.train.sharded import ShardedStepper
+        from primus_lib.train.distributed.sharded import ShardedStepper
 
         return ShardedStepper(job, config, checkpoint_root=JobPaths.for_job(job).checkpoints)
     return LocalStepper(job, config, tables="replicated" if group.active else "fused")

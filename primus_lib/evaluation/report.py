@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from primus_lib.durable import atomic_write
-from primus_lib.train.metrics import auc, logloss
+from primus_lib.train.model.metrics import auc, logloss
 
 
 class Report:

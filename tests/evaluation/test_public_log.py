@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus_lib.cli.main import main
-from primus_lib.train.public_log import PublicLogError, convert, packaged_files
+from primus_lib.evaluation.public_log import PublicLogError, convert, packaged_files
 
 SPEC = Path(__file__).resolve().parents[2] / "config" / "jobs" / "obd-eval.yaml"
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 from primus_lib.paths import parse_window_id, window_id
 from primus_lib.progress import progress_key, window_summary
 from primus_lib.timegrid import epoch_ms, from_epoch_ms
-from primus_lib.train.feeds import SEQ_COLUMN, BatchFeed
-from primus_lib.train.metrics import WindowStats
+from primus_lib.train.model.metrics import WindowStats
+from primus_lib.train.runtime.feeds import SEQ_COLUMN, BatchFeed
 
 
 class WindowAccounting:

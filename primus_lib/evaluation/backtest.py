@@ -29,16 +29,16 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from primus_lib.data.training_queue import TrainingQueue
+from primus_lib.evaluation.report import Report
+from primus_lib.evaluation.sources import EvalInputError
+from primus_lib.evaluation.timeline import COMPLETE, HourlyWorld, Timeline, WindowStore, load_timeline
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import parse_utc
-from primus_lib.train.eval_sources import EvalInputError
-from primus_lib.train.loop import Trainer
-from primus_lib.train.modes import MODES
-from primus_lib.train.objective import StepConfig
-from primus_lib.train.options import TrainerOptions
-from primus_lib.train.report import Report
-from primus_lib.train.steps import LocalStepper
-from primus_lib.train.timeline import COMPLETE, HourlyWorld, Timeline, WindowStore, load_timeline
+from primus_lib.train.model.modes import MODES
+from primus_lib.train.model.objective import StepConfig
+from primus_lib.train.model.stepper import LocalStepper
+from primus_lib.train.runtime.loop import Trainer
+from primus_lib.train.runtime.options import TrainerOptions
 
 __all__ = ["BASE_MODES", "COMPLETE", "BacktestOptions", "RunConfig", "RunResult", "load_timeline", "run_backtest",
            "run_one"]  # fmt: skip

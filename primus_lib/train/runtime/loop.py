@@ -27,19 +27,19 @@ from primus_lib.paths import JobPaths, parse_window_id
 from primus_lib.progress import progress_key
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
-from primus_lib.train.batch import Prepared, to_batch
-from primus_lib.train.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
-from primus_lib.train.distributed import Group
-from primus_lib.train.feeds import stream_readers as choose_stream_readers
-from primus_lib.train.inputs import Inputs, Limits
-from primus_lib.train.modes import check_mode, default_switch, max_lag, reads, switches
-from primus_lib.train.objective import StepConfig
-from primus_lib.train.options import TrainerOptions
-from primus_lib.train.prefetch import Prefetcher
-from primus_lib.train.ranks import open_rank_stream_readers
-from primus_lib.train.sample_log import SampleLogWriter
-from primus_lib.train.steps import Stepper, make_stepper
-from primus_lib.train.windows import WindowAccounting
+from primus_lib.train.distributed.group import Group
+from primus_lib.train.distributed.ranks import open_rank_stream_readers
+from primus_lib.train.model.batch import Prepared, to_batch
+from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
+from primus_lib.train.model.objective import StepConfig
+from primus_lib.train.model.stepper import Stepper, make_stepper
+from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
+from primus_lib.train.runtime.feeds import stream_readers as choose_stream_readers
+from primus_lib.train.runtime.inputs import Inputs, Limits
+from primus_lib.train.runtime.options import TrainerOptions
+from primus_lib.train.runtime.prefetch import Prefetcher
+from primus_lib.train.runtime.sample_log import SampleLogWriter
+from primus_lib.train.runtime.windows import WindowAccounting
 
 log = logging.getLogger("primus.trainer")
 
@@ -124,7 +124,7 @@ class Trainer:
         checkpoints, progress = self.paths.checkpoints, self.paths.progress
         if not group.active:
             return SingleProcess(self.mode, checkpoints, progress)
-        from primus_lib.train.data_parallel import DataParallel
+        from primus_lib.train.distributed.data_parallel import DataParallel
 
         return DataParallel(self.mode, checkpoints, progress, group, window_ms, clock)
 
@@ -133,7 +133,7 @@ class Trainer:
         if not self.options.metrics:
             return None
         try:
-            from primus_lib.train.input_metrics import InputMetrics
+            from primus_lib.train.runtime.input_metrics import InputMetrics
 
             return InputMetrics(
                 self.job.name, self.rank, self.registry, self.paths.metrics_dir, self.inputs.queues_full

@@ -32,10 +32,10 @@ from torch.nn import functional as F
 
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.training import ServedOutput, StreamCorrection
-from primus_lib.train import delayed, modes
-from primus_lib.train.delayed import Completeness
-from primus_lib.train.model import TwoTowerModel
-from primus_lib.train.validation import DelayedValidation
+from primus_lib.train.model import delayed, modes
+from primus_lib.train.model.delayed import Completeness
+from primus_lib.train.model.network import TwoTowerModel
+from primus_lib.train.model.validation import DelayedValidation
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
 CORRECTIONS: tuple[str, ...] = get_args(StreamCorrection)

@@ -15,7 +15,7 @@ The log has no click times, so the label delay is simulated and stated: each cli
 the real-time label with probability ``late_fraction`` (default 0.2, the share the synthetic
 world's stream misses), drawn with ``seed``; the batch partition's label is the logged click.
 
-    python -m primus_lib.train.public_log OUT [--late-fraction 0.2] [--seed 0]
+    python -m primus_lib.evaluation.public_log OUT [--late-fraction 0.2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ def convert(out: Path, late_fraction: float = 0.2, seed: int = 0) -> Converted:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m primus_lib.train.public_log", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m primus_lib.evaluation.public_log", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out", type=Path)
     parser.add_argument("--late-fraction", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)

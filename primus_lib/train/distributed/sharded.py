@@ -51,11 +51,11 @@ from torch import nn
 from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train.batch import Batch
-from primus_lib.train.distributed import Group
-from primus_lib.train.model import TwoTowerModel
-from primus_lib.train.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
-from primus_lib.train.sharded_checkpoint import MODELS, prune_models
+from primus_lib.train.checkpoint.sharded import MODELS, prune_models
+from primus_lib.train.distributed.group import Group
+from primus_lib.train.model.batch import Batch
+from primus_lib.train.model.network import TwoTowerModel
+from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -297,13 +297,13 @@ class ShardedStepper:
 
     def save_sharded(self, directory: Path | StorageLocation, extra: dict | None = None) -> Path | StorageLocation:
         """Write a DCP checkpoint to ``directory`` atomically (collective; ``sharded_checkpoint.py``)."""
-        from primus_lib.train.sharded_checkpoint import save_dcp
+        from primus_lib.train.checkpoint.sharded import save_dcp
 
         plan = {t: [[s, r] for s, r in v] for t, v in table_placement(self.dmp).items()}
         return save_dcp(self, directory, extra, plan)
 
     def load_sharded(self, directory: Path | StorageLocation) -> dict:
         """Load a ``save_sharded`` directory into this (freshly built) sharded model (collective)."""
-        from primus_lib.train.sharded_checkpoint import load_dcp
+        from primus_lib.train.checkpoint.sharded import load_dcp
 
         return load_dcp(self, directory)

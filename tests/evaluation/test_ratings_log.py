@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus_lib.cli.main import main
-from primus_lib.train import ratings_log
-from primus_lib.train.ratings_log import RatingsLogError, convert, read
+from primus_lib.evaluation import ratings_log
+from primus_lib.evaluation.ratings_log import RatingsLogError, convert, read
 
 SPEC = Path(__file__).resolve().parents[2] / "config" / "jobs" / "movielens-eval.yaml"
 FEATURES = {"user_id", "movie_id", "gender", "occupation", "age_bucket", "zip_prefix", "genre", "release_year", "age"}

@@ -21,10 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from primus_lib.progress import write_progress
-from primus_lib.train.batch import Batch
-from primus_lib.train.checkpoint import check_checkpoint, load_latest, save_checkpoint
-from primus_lib.train.inputs import Inputs
-from primus_lib.train.objective import StepResult
+from primus_lib.train.checkpoint.store import check_checkpoint, load_latest, save_checkpoint
+from primus_lib.train.model.batch import Batch
+from primus_lib.train.model.objective import StepResult
+from primus_lib.train.runtime.inputs import Inputs
 
 
 @dataclass

@@ -36,7 +36,7 @@ import torch
 
 from primus_lib.durable import atomic_write, fsync_path, ipc_bytes, naming, write_ipc
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train.safe_load import load_torch
+from primus_lib.train.checkpoint.safe_load import load_torch
 
 LATEST = "LATEST"
 COMMIT = "checkpoint.json"  # the commit point of a checkpoint on remote storage, written last

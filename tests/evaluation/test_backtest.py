@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from primus_lib.cli.main import main
-from primus_lib.train.backtest import BASE_MODES, COMPLETE, RunConfig
+from primus_lib.evaluation.backtest import BASE_MODES, COMPLETE, RunConfig
 from tests.train.conftest import START
 
 
@@ -74,7 +74,7 @@ def test_progressive_validation_scores_a_window_before_training_on_it(tiny, mode
     """Window k is scored before any of its rows is trained on: poisoning the training labels of
     hour k (its stream rows and its batch window; the label it is scored against is kept) leaves
     its score unchanged, and changes the score of a later window (the poison is trained on)."""
-    from primus_lib.train.backtest import load_timeline, run_one
+    from primus_lib.evaluation.backtest import load_timeline, run_one
 
     _, job = tiny
     k = 2  # the first scored window (also offline_then_online's switch)
@@ -101,7 +101,7 @@ def test_progressive_validation_scores_a_window_before_training_on_it(tiny, mode
 def test_later_data_does_not_change_earlier_scores(tiny):
     """A run truncated right after window k scores windows <= k exactly as the full run does, and
     the label scored against is the complete one (clicks the stream missed included)."""
-    from primus_lib.train.backtest import load_timeline, run_one
+    from primus_lib.evaluation.backtest import load_timeline, run_one
 
     _, job = tiny
     data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent
@@ -136,7 +136,7 @@ def test_run_config_parsing():
 
 
 def test_oracle_completeness_is_the_share_of_clicks_the_stream_label_sees(tiny):
-    from primus_lib.train.backtest import load_timeline, oracle_completeness
+    from primus_lib.evaluation.backtest import load_timeline, oracle_completeness
 
     _, job = tiny
     data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent
@@ -149,7 +149,7 @@ def test_oracle_completeness_is_the_share_of_clicks_the_stream_label_sees(tiny):
 def test_a_capacity_leaves_rows_in_the_buffers_for_later_hours(tiny):
     """--capacity: the world moves to the next hour once that many rows were trained, so the trainer
     falls behind the data; with all that arrived (no capacity) it keeps up hour by hour."""
-    from primus_lib.train.backtest import load_timeline, run_one
+    from primus_lib.evaluation.backtest import load_timeline, run_one
 
     _, job = tiny
     data = Path(job.spec.dataset.streams[1].sources[0].uri.removeprefix("file://")).parent.parent
@@ -173,7 +173,7 @@ def test_resent_late_clicks_are_trained_on_not_scored(tmp_path, monkeypatch):
     complete labels as the plain world; the re-sent clicks (label 1) only add training rows."""
     from primus_lib.data.datagen import WorldConfig, generate
     from primus_lib.data.schema import RESENT_CLICK_SUFFIX
-    from primus_lib.train.backtest import load_timeline, run_one
+    from primus_lib.evaluation.backtest import load_timeline, run_one
     from tests.train.conftest import make_job
 
     end = START + timedelta(hours=6)

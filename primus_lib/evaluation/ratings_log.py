@@ -19,7 +19,7 @@ A rating has no delay, so one is simulated and stated: each positive misses the 
 label with probability ``late_fraction`` (default 0.2), drawn with ``seed``; negatives stay
 negatives; the batch partition's label is the rule's.
 
-    python -m primus_lib.train.ratings_log OUT [--late-fraction 0.2] [--seed 0]
+    python -m primus_lib.evaluation.ratings_log OUT [--late-fraction 0.2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -199,7 +199,9 @@ def _fraction(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m primus_lib.train.ratings_log", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m primus_lib.evaluation.ratings_log", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out", type=Path)
     parser.add_argument("--late-fraction", default="0.2", help="share of positives the stream misses, in [0, 1)")
     parser.add_argument("--seed", type=int, default=0)

@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
 from torch.distributed.checkpoint.planner import ReadItem
 
-from primus_lib.train.safe_load import UnsafeCheckpointError, load_torch
+from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError, load_torch
 
 METADATA = ".metadata"
 _METADATA_CLASSES = (

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from primus_lib.data.stream import StreamReader
 from primus_lib.spec.job import PrimusJob
-from primus_lib.train.loop import Trainer, open_stream_readers
-from primus_lib.train.modes import default_switch, max_lag
-from primus_lib.train.options import TrainerOptions
+from primus_lib.train.model.modes import default_switch, max_lag
+from primus_lib.train.runtime.loop import Trainer, open_stream_readers
+from primus_lib.train.runtime.options import TrainerOptions
 
 __all__ = ["Trainer", "TrainerOptions", "default_switch", "max_lag", "open_stream_readers", "run_trainer"]
 
@@ -29,7 +29,7 @@ def run_trainer(
     registry: CollectorRegistry | None = None,
 ) -> str:
     """Start the process group when launched by torchrun, run the trainer, tear the group down."""
-    from primus_lib.train.distributed import maybe_init_distributed
+    from primus_lib.train.distributed.group import maybe_init_distributed
 
     torch.set_num_threads(max(1, int(job.spec.resources.roles["trainer"].cpu)))  # the role's allotment
     maybe_init_distributed(job.spec.training.collective_timeout)

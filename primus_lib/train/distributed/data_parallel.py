@@ -32,15 +32,15 @@ from pathlib import Path
 from primus_lib.paths import parse_window_id
 from primus_lib.progress import window_summary, write_progress
 from primus_lib.timegrid import epoch_ms
-from primus_lib.train.batch import Batch
-from primus_lib.train.checkpoint import check_checkpoint, load_latest, save_checkpoint
-from primus_lib.train.coordinator import Coordinator, Decision, Resumed, Snapshot, Wants
-from primus_lib.train.distributed import Group, bytes_table, table_bytes
-from primus_lib.train.inputs import NEVER, Inputs
-from primus_lib.train.metrics import WindowStats
-from primus_lib.train.objective import StepResult
-from primus_lib.train.priority import RowShare, priority
-from primus_lib.train.safe_load import UnsafeCheckpointError
+from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError
+from primus_lib.train.checkpoint.store import check_checkpoint, load_latest, save_checkpoint
+from primus_lib.train.distributed.group import Group, bytes_table, table_bytes
+from primus_lib.train.model.batch import Batch
+from primus_lib.train.model.metrics import WindowStats
+from primus_lib.train.model.objective import StepResult
+from primus_lib.train.runtime.coordinator import Coordinator, Decision, Resumed, Snapshot, Wants
+from primus_lib.train.runtime.inputs import NEVER, Inputs
+from primus_lib.train.runtime.priority import RowShare, priority
 
 FLAGS = ("checkpoint", "done", "idle", "until", "batch_finished")
 

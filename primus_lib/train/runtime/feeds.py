@@ -19,7 +19,7 @@ from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
-from primus_lib.train.ranks import owns_shard
+from primus_lib.train.distributed.ranks import owns_shard
 
 SEQ_COLUMN = "__seq"  # tags batch rows with their queue entry, to know when a window is consumed
 

@@ -31,9 +31,9 @@ from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
-from primus_lib.train.feeds import BatchFeed, StreamFeed
-from primus_lib.train.modes import reads, switches
-from primus_lib.train.priority import Buffer, PriorityReader
+from primus_lib.train.model.modes import reads, switches
+from primus_lib.train.runtime.feeds import BatchFeed, StreamFeed
+from primus_lib.train.runtime.priority import Buffer, PriorityReader
 
 NEVER = -(2**62)
 

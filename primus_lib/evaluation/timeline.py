@@ -33,17 +33,17 @@ import pyarrow.compute as pc
 from primus_lib.data.schema import RESENT_CLICK_SUFFIX, job_keys
 from primus_lib.data.shards import write_window
 from primus_lib.data.training_queue import TrainingQueue
+from primus_lib.evaluation.replay import GrowingReplay
+from primus_lib.evaluation.sources import EvalInputError, eval_streams, read_batch, read_stream
 from primus_lib.paths import window_id
 from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms, window_starts
-from primus_lib.train.batch import to_batch
-from primus_lib.train.coordinator import Decision, SingleProcess, Wants
-from primus_lib.train.eval_sources import EvalInputError, eval_streams, read_batch, read_stream
-from primus_lib.train.inputs import Inputs
-from primus_lib.train.metrics import auc, logloss
-from primus_lib.train.modes import two_towers
-from primus_lib.train.objective import StepResult
-from primus_lib.train.replay import GrowingReplay
+from primus_lib.train.model.batch import to_batch
+from primus_lib.train.model.metrics import auc, logloss
+from primus_lib.train.model.modes import two_towers
+from primus_lib.train.model.objective import StepResult
+from primus_lib.train.runtime.coordinator import Decision, SingleProcess, Wants
+from primus_lib.train.runtime.inputs import Inputs
 
 COMPLETE = "__label_complete"
 

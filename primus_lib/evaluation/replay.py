@@ -17,9 +17,9 @@ import pyarrow.json as pajson
 
 from primus_lib.data.sources.decode import decode
 from primus_lib.data.stream import Position, StreamReader
+from primus_lib.evaluation.sources import read_batch
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
-from primus_lib.train.eval_sources import read_batch
 
 
 def batch_window(job: PrimusJob, stream: StreamSpec, when: datetime) -> pa.Table:

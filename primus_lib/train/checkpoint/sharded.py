@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from primus_lib.durable import fsync_path
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.train.safe_load import load_torch
+from primus_lib.train.checkpoint.safe_load import load_torch
 
 DENSE_OPTIMIZERS = "dense_optimizers.pt"
 MODELS = "sharded"  # under the trainer's checkpoints directory: one DCP directory per checkpoint
@@ -157,7 +157,7 @@ def _load_remote(stepper, directory: StorageLocation) -> dict:
 
 
 def _load_local(stepper, directory: Path, shown: str | None = None) -> dict:
-    from primus_lib.train import safe_dcp
+    from primus_lib.train.checkpoint import safe_dcp
 
     directory = Path(directory)
     meta_path = directory / "meta.json"

@@ -1,0 +1,1 @@
+"""Checkpoints: model + optimizers + data position, written atomically, read without unpickling."""

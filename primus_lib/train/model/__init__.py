@@ -1,0 +1,1 @@
+"""The model: network, objective (what each minibatch kind trains), correction, validation, steppers."""

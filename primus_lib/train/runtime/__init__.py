@@ -1,0 +1,1 @@
+"""The training loop (``primus train``) and what feeds it."""
