@@ -77,8 +77,10 @@ class ModelSpec(SpecModel):
 
 
 class TrainingSpec(SpecModel):
-    mode: TrainingMode = "mtrm"
-    batch_size: int = Field(512, gt=0)
+    mode: TrainingMode = Field(
+        "mtrm", description='What the trainer trains and serves (docs/training.md, "Choosing a mode").'
+    )
+    batch_size: int = Field(512, gt=0, description="Rows of a minibatch (one kind of data per minibatch).")
     learning_rate: float = Field(
         0.004, gt=0, description="Adam's rate on the towers (chosen on the development worlds for every mode)."
     )
@@ -94,7 +96,7 @@ class TrainingSpec(SpecModel):
         "proportional to weight * sigmoid(queued minibatches).",
     )
     checkpoint_interval: Duration | None = Field(None, description="Default: after every batch window.")
-    seed: int = 0
+    seed: int = Field(0, description="Draws the model's starting weights.")
     collective_timeout: Duration = Field(
         timedelta(minutes=30),
         description="Under torchrun: how long a rank waits in a collective for the others before it fails.",
