@@ -69,7 +69,7 @@ def test_datagen_prints_one_line_per_hour(tmp_path, monkeypatch, capsys):
 
 
 def test_eval_prints_a_line_per_mode_and_scored_window(tmp_path, monkeypatch, capsys):
-    spec, _ = make_job(tmp_path, monkeypatch, hours=4, lag=1, rows=80)
+    spec, _ = make_job(tmp_path, monkeypatch, hours=4, lag="1h", rows=80)
     argv = ["eval", str(spec), "--modes", "mtrm,offline", "--seeds", "0", "--out", str(tmp_path / "out"),
             "--eval-from", "2026-11-01T02:00:00Z"]  # fmt: skip
     assert main(argv) == 0

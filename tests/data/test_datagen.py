@@ -118,10 +118,9 @@ def test_drift_is_present():
 
 
 def test_cli(tmp_path, monkeypatch, capsys):
-    spec = tmp_path / "job.yaml"
-    from tests.train.conftest import SPEC
+    from tests.fixtures.specs import job_doc, write_spec
 
-    spec.write_text(SPEC.format(hours=2, lag=1, mode="mtrm"))
+    spec = write_spec(tmp_path / "job.yaml", job_doc(hours=2, lag="1h"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3"]) == 0
     assert "wrote 2 hours" in capsys.readouterr().out

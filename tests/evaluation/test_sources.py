@@ -23,51 +23,42 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus_lib.data.datagen import generate
+from tests.fixtures.specs import FEATURES, job_doc, write_spec
 from tests.train.conftest import START
 
 HOURS = 6
-SPEC = """\
-apiVersion: primus.dev/v1alpha1
-kind: PrimusJob
-metadata: {{name: own-logs}}
-spec:
-  timer: {{start: "2026-11-01T00:00:00Z", end: "2026-11-01T{hours:02d}:00:00Z", window: 1h}}
-  dataset:
-    streams:
-      - name: history
-        kind: batch
-        lag: 2h
-        sources:
-          - name: views
-            uri: "file://{root}/warehouse/views/dt={{YYYY}}-{{MM}}-{{DD}}/hr={{HH}}/"
-            format: parquet
-            file_pattern: "*.parquet"
-            success_marker: _DONE
-            columns: {{user_id: uid, ts: event_time}}
-          - name: clicks
-            uri: "file://{root}/warehouse/clicks/{{YYYY}}/{{MM}}/{{DD}}/{{HH}}.csv"
-            format: csv
-        join: {{keys: [request_id], how: left, fill: {{clicked: 0}}}}
-      - name: live
-        kind: stream
-        sources:
-          - name: events
-            uri: "file://{root}/logs/events.csv"
-            format: csv
-            columns: {{user_id: uid, ts: event_seconds}}
-  features:
-    label: clicked
-    timestamp: ts
-    sparse: [{{name: user_id, buckets: 2000}}, {{name: item_id, buckets: 2000}}, {{name: category, buckets: 64}}]
-    dense: [price, age]
-  model: {{embedding_dim: 8, memory_tower: [32, 16], adapt_tower: [16, 8]}}
-  training: {{batch_size: 64, learning_rate: 0.01, priority: {{history: 1.0, live: 4.0}}}}
-  resources:
-    backend: local
-    roles:
-      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}
-  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}
-"""
+
+
+def _own_logs_doc(root: Path) -> dict:
+    """A user's own layout: views (renamed columns, a _DONE marker) joined with hourly CSV clicks,
+    and a CSV event log with epoch seconds as the stream."""
+    views = {
+        "name": "views",
+        "uri": f"file://{root}/warehouse/views/dt={{YYYY}}-{{MM}}-{{DD}}/hr={{HH}}/",
+        "format": "parquet",
+        "file_pattern": "*.parquet",
+        "success_marker": "_DONE",
+        "columns": {"user_id": "uid", "ts": "event_time"},
+    }
+    clicks = {
+        "name": "clicks",
+        "uri": f"file://{root}/warehouse/clicks/{{YYYY}}/{{MM}}/{{DD}}/{{HH}}.csv",
+        "format": "csv",
+    }
+    join = {"keys": ["request_id"], "how": "left", "fill": {"clicked": 0}}
+    events = {
+        "name": "events",
+        "uri": f"file://{root}/logs/events.csv",
+        "format": "csv",
+        "columns": {"user_id": "uid", "ts": "event_seconds"},
+    }
+    streams = [
+        {"name": "history", "kind": "batch", "lag": "2h", "sources": [views, clicks], "join": join},
+        {"name": "live", "kind": "stream", "sources": [events]},
+    ]
+    features = {k: v for k, v in FEATURES.items() if k != "id"}
+    training = {"batch_size": 64, "learning_rate": 0.01, "priority": {"history": 1.0, "live": 4.0}}
+    return job_doc("own-logs", hours=HOURS, streams=streams, features=features, training=training)
 
 
 def _own_logs(root: Path) -> Path:
@@ -96,9 +87,7 @@ def _own_logs(root: Path) -> Path:
     events = events.set_column(events.column_names.index("ts"), "event_seconds", seconds)
     (root / "logs").mkdir()
     pacsv.write_csv(events, root / "logs" / "events.csv")
-    spec = root / "own-logs.yaml"
-    spec.write_text(SPEC.format(hours=HOURS, root=root))
-    return spec
+    return write_spec(root / "own-logs.yaml", _own_logs_doc(root))
 
 
 def _eval(spec: Path, out: Path) -> subprocess.CompletedProcess:
@@ -149,10 +138,12 @@ def test_missing_partition_is_one_line_naming_it(own_logs, tmp_path):
 def test_eval_reads_a_kafka_topic_from_the_earliest_offset_to_the_end(kafka_broker, tmp_path, monkeypatch, capsys):
     """The stream is the spec's Kafka topic (2 partitions), read up to the end and no further."""
     from primus_lib.cli.main import main
-    from tests.train.conftest import kafka_spec
+    from tests.fixtures.specs import job_doc, kafka_stream
+    from tests.train.conftest import write_job
 
     topic = kafka_broker.new_topic(partitions=2, prefix="eval")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="mtrm")
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="mtrm")
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     capsys.readouterr()
     events = pajson.read_json(tmp_path / "data" / "stream" / "events.jsonl")

@@ -16,7 +16,6 @@ import sys
 import uuid
 
 import pytest
-import yaml
 
 from primus_lib.cli.main import main
 from primus_lib.paths import JobPaths
@@ -25,8 +24,9 @@ from primus_lib.storage import locate
 from tests.fixtures import connections
 from tests.fixtures._proc import stop
 from tests.fixtures.s3 import start_seaweedfs
+from tests.fixtures.specs import ROLES, job_doc, kafka_stream
 from tests.reliability.argv import ArgvSampler
-from tests.train.conftest import kafka_spec
+from tests.train.conftest import write_job
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3]
@@ -82,15 +82,10 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
             allow_bucket_creation=True,
         ).create_dir(bucket)
         topic = kafka_broker.new_topic(partitions=2, prefix="argv")
-        spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online")
-        doc = yaml.safe_load(spec.read_text())
-        doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": 2}
-        doc["spec"]["storage"] = {"root": f"s3://{bucket}/jobs"}
-        for stream in doc["spec"]["dataset"]["streams"]:
-            for source in stream["sources"]:
-                if source.get("kafka"):
-                    source["kafka"]["connection_id"] = "events_sasl"
-        spec.write_text(yaml.safe_dump(doc))
+        stream = kafka_stream(kafka_broker.bootstrap, topic, connection_id="events_sasl")
+        roles, storage = {**ROLES, "stream_executor": {"replicas": 2}}, {"root": f"s3://{bucket}/jobs"}
+        doc = job_doc(hours=2, lag="1h", stream=stream, mode="online", roles=roles, storage=storage)
+        spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
         generated = main(
             ["datagen", str(spec), "--rows-per-hour", "200", "--seed", "4", "--kafka", kafka_broker.bootstrap]
         )

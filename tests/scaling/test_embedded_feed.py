@@ -15,25 +15,22 @@ from primus_lib.metrics.readers import TextfileReader
 from primus_lib.paths import JobPaths
 from primus_lib.scaling.horizontal import STARVED_MIN
 from primus_lib.scaling.step import reader_for, scaling_step
-from primus_lib.spec import load_job
 from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
-from tests.train.conftest import SPEC, START, make_job
+from tests.train.conftest import START, make_job
 
 # The data tasks run inside the pytest process, whose RSS depends on what the whole suite has
 # imported (several GiB with torch and Airflow): give the role room so utilisation stays < 1.
-ROLES = """      data_executor: {{replicas: 1, min_replicas: 1, max_replicas: 4, cpu: 1, memory: 64Gi}}
-      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}"""
-SCALING = "  scaling: {{horizontal: {{enabled: true, threshold: 0.5, cooldown: 60s}}, vertical: {{enabled: false}}}}"
+ROLES = {
+    "data_executor": {"replicas": 1, "min_replicas": 1, "max_replicas": 4, "cpu": 1, "memory": "64Gi"},
+    "trainer": {"replicas": 1, "cpu": 1, "memory": "1Gi"},
+}
+SCALING = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": "60s"}, "vertical": {"enabled": False}}
 
 
 @pytest.fixture
 def scaled_job(tmp_path, monkeypatch):
-    spec, _ = make_job(tmp_path, monkeypatch, mode="offline", hours=3, lag=0, rows=120)
-    text = SPEC.replace("      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}", ROLES)
-    text = text.replace("  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}", SCALING)
-    assert text != SPEC
-    spec.write_text(text.format(hours=3, lag=0, mode="offline"))
-    return load_job(spec)
+    _, job = make_job(tmp_path, monkeypatch, mode="offline", hours=3, lag="0h", rows=120, roles=ROLES, scaling=SCALING)
+    return job
 
 
 def test_trainer_and_data_tasks_feed_the_scaler(scaled_job, caplog):

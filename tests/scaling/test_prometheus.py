@@ -26,27 +26,23 @@ from primus_lib.metrics.readers import PrometheusReader, TextfileReader
 from primus_lib.scaling import ScalingManager
 from tests.fixtures._proc import free_port, start, stop
 from tests.resources.conftest import ROOT
-from tests.train.conftest import SPEC, START, make_job
+from tests.train.conftest import START, make_job
 
 pytestmark = pytest.mark.integration
 
 JOB = "prom-scrape"
-ROLES = """      data_executor: {{replicas: 4, min_replicas: 1, max_replicas: 10, cpu: 1, memory: 4Gi}}
-      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}"""
-SCALING = "  scaling: {{horizontal: {{enabled: true, threshold: 0.5, cooldown: 60s}}, vertical: {{enabled: false}}}}"
+ROLES = {
+    "data_executor": {"replicas": 4, "min_replicas": 1, "max_replicas": 10, "cpu": 1, "memory": "4Gi"},
+    "trainer": {"replicas": 1, "cpu": 1, "memory": "1Gi"},
+}
+SCALING = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": "60s"}, "vertical": {"enabled": False}}
 
 
 def scraped_job(tmp_path, monkeypatch):
     """The tiny job (offline, 3 hourly windows, no lag) with a data-executor role and horizontal scaling."""
-    from primus_lib.spec import load_job
-
-    spec, _ = make_job(tmp_path, monkeypatch, mode="offline", hours=3, lag=0, rows=120)
-    text = SPEC.replace("metadata: {{name: tiny}}", f"metadata: {{{{name: {JOB}}}}}")
-    text = text.replace("      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}", ROLES)
-    text = text.replace("  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}", SCALING)
-    assert text.count(JOB) == 1 and "data_executor" in text and "threshold: 0.5" in text
-    spec.write_text(text.format(hours=3, lag=0, mode="offline"))
-    return spec, load_job(spec)
+    return make_job(
+        tmp_path, monkeypatch, name=JOB, mode="offline", hours=3, lag="0h", rows=120, roles=ROLES, scaling=SCALING
+    )
 
 
 def _serves(port: int) -> bool:

@@ -46,7 +46,7 @@ def _primus() -> list[str]:
 def test_primus_train_refuses_a_planted_pickle_in_an_s3_checkpoint_and_runs_nothing(tmp_path, monkeypatch, s3_env):
     bucket = f"primus-{uuid.uuid4().hex[:8]}"
     s3_env.filesystem().create_dir(bucket)
-    spec, _ = make_job(tmp_path, monkeypatch, hours=2, lag=1)
+    spec, _ = make_job(tmp_path, monkeypatch, hours=2, lag="1h")
     spec.write_text(spec.read_text() + f'  storage: {{root: "s3://{bucket}/jobs"}}\n')
     job = load_job(spec)
     commit_windows(job, range(1))  # something to train, had the checkpoint been taken
@@ -94,7 +94,7 @@ def test_a_trainer_state_round_trips_through_the_weights_only_load(tmp_path, mon
     from primus_lib.train.model.stepper import LocalStepper
     from tests.train.conftest import START
 
-    _, job = make_job(tmp_path, monkeypatch, hours=1, lag=1, rows=80)
+    _, job = make_job(tmp_path, monkeypatch, hours=1, lag="1h", rows=80)
     stepper = LocalStepper(job)
     stepper.step("batch", to_batch(batch_window(job, job.stream("history"), START), job.spec.features))
     save_checkpoint(tmp_path / "ckpt", 1, stepper.checkpoint_state(1), {"mode": "mtrm"}, {})

@@ -34,7 +34,8 @@ from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.runtime.sample_log import read_sample_log, read_sample_logs
 from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
-from tests.train.conftest import START, commit_windows, kafka_spec
+from tests.fixtures.specs import job_doc, kafka_stream, write_spec
+from tests.train.conftest import START, commit_windows, write_job
 
 KINDS = ["batch", "stream", "batch", "stream", "stream", "batch"]
 ROWS = 64
@@ -167,9 +168,7 @@ def _wait_gone(pids: list[int]) -> None:
 def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_path, sharding):
     """Replicated tables, and tables sharded by TorchRec DistributedModelParallel (table-wise on gloo)."""
     spec, job = tiny
-    spec.write_text(
-        spec.read_text().replace("batch_size: 64", f"batch_size: 16, sharding: {sharding}, collective_timeout: 120s")
-    )
+    write_spec(spec, job_doc(batch_size=16, sharding=sharding, collective_timeout="120s"))
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -258,7 +257,8 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
     """Two ranks read disjoint partitions of a real Apache Kafka topic; each rank's group offsets
     are the checkpointed ones; no event is trained twice."""
     topic = kafka_broker.new_topic(partitions=2, prefix="ctr")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online", batch_size=16)
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="online", batch_size=16)
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     capsys.readouterr()
     events = [json.loads(line)["request_id"] for line in (tmp_path / "data" / "stream" / "events.jsonl").open()]

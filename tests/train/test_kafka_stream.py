@@ -16,14 +16,16 @@ from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
 from primus_lib.train.runtime.feeds import StreamFeed
 from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
-from tests.train.conftest import commit_windows, kafka_spec
+from tests.fixtures.specs import job_doc, kafka_stream
+from tests.train.conftest import commit_windows, write_job
 
 pytestmark = pytest.mark.integration
 
 
 def test_datagen_to_kafka_then_online_training(kafka_broker, tmp_path, monkeypatch, capsys):
     topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online")
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="online")
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     produced = int(capsys.readouterr().out.split("; ")[-1].split()[0])
     events = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
@@ -54,7 +56,8 @@ def test_mtrm_with_a_finished_topic_still_trains_every_batch_window(kafka_broker
     last windows + lag by event time, but it has caught up, so the clock releases them."""
 
     topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="mtrm")
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="mtrm")
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3", "--kafka", kafka_broker.bootstrap]) == 0
     job = load_job(spec)
     sizes = commit_windows(job, range(2))
@@ -68,7 +71,8 @@ def test_an_empty_poll_over_a_backlog_is_not_the_live_edge(kafka_broker, tmp_pat
     take that for "caught up" (the clock would then release batch windows the stream has not
     reached): the feed asks the reader's high watermarks, and only a drained reader is caught up."""
     topic = kafka_broker.new_topic(partitions=1, prefix="ctr")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="mtrm")
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="mtrm")
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "4", "--kafka", kafka_broker.bootstrap]) == 0
     lines = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
     job = load_job(spec)

@@ -19,7 +19,8 @@ import torch.multiprocessing as mp
 from primus_lib.spec import load_job
 from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
 from primus_lib.train.model.batch import to_batch
-from tests.train.conftest import SPEC
+from tests.fixtures.specs import job_doc, write_spec
+from tests.train.conftest import write_job
 
 ROWS = 64  # global minibatch; each rank takes half
 KINDS = ["batch", "stream"] * 12
@@ -171,11 +172,7 @@ def _run(rank: int, job, out: Path) -> None:
 
 @pytest.fixture
 def spec_file(tmp_path, monkeypatch) -> str:
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    path = tmp_path / "tiny.yaml"
-    path.write_text(SPEC.format(hours=6, lag=2, mode="mtrm"))
-    return str(path)
+    return str(write_job(tmp_path, monkeypatch, job_doc()))
 
 
 def test_sharded_two_ranks(spec_file, tmp_path):
@@ -304,21 +301,19 @@ def test_sharding_choice_and_types(spec_file):
     assert sharding_types(cpu, ["table_wise", "column_wise"]) == ("table_wise", "column_wise")
     with pytest.raises(ValueError, match="need CUDA kernels"):
         sharding_types(cpu, ["row_wise"])
-    text = Path(spec_file).read_text()
     from primus_lib.spec.errors import SpecError
 
     with pytest.raises(SpecError, match="sharding_types"):
-        load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding_types: [data_parallel]"), spec_file)
+        load_written(job_doc(sharding_types=["data_parallel"]), spec_file)
     with pytest.raises(SpecError, match="sharding"):
-        load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding: bogus"), spec_file)
-    job = load_job_text(text.replace("batch_size: 64", "batch_size: 64, sharding: dmp"), spec_file)
+        load_written(job_doc(sharding="bogus"), spec_file)
+    job = load_written(job_doc(sharding="dmp"), spec_file)
     stepper = make_stepper(job, StepConfig.resolve(job), Group())  # one process: nothing to shard across
     assert type(stepper) is LocalStepper and stepper.model.tables == "fused"
 
 
-def load_job_text(text: str, path: str):
-    Path(path).write_text(text)
-    return load_job(path)
+def load_written(doc: dict, path: str):
+    return load_job(write_spec(Path(path), doc))
 
 
 def _run_s3(rank: int, job, out: Path) -> None:
