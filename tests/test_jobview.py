@@ -21,7 +21,7 @@ from primus_lib.paths import JobPaths
 from primus_lib.progress import write_progress
 from primus_lib.scaling.store import ScalingStore
 from primus_lib.spec import load_job
-from tests.fixtures.airflow import JOB_SPEC
+from tests.fixtures.specs import airflow_doc, write_spec
 
 W0, W1, W2, W3 = "20261101T000000Z", "20261101T010000Z", "20261101T020000Z", "20261101T030000Z"
 
@@ -29,8 +29,7 @@ W0, W1, W2, W3 = "20261101T000000Z", "20261101T010000Z", "20261101T020000Z", "20
 @pytest.fixture
 def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    spec = tmp_path / "view-job.yaml"
-    spec.write_text(JOB_SPEC.format(name="view-job", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z"))
+    spec = write_spec(tmp_path / "view-job.yaml", airflow_doc("view-job"))
     return load_job(spec, env={"PRIMUS_DATA": str(tmp_path / "data")})
 
 

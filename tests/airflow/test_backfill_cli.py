@@ -5,13 +5,11 @@ import json
 import pytest
 
 from primus_lib.cli.main import main
-from tests.fixtures.airflow import JOB_SPEC
+from tests.fixtures.specs import airflow_doc, write_spec
 
 
 def _spec(tmp_path):
-    path = tmp_path / "bf.yaml"
-    path.write_text(JOB_SPEC.format(name="bf", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z"))
-    return str(path)
+    return str(write_spec(tmp_path / "bf.yaml", airflow_doc("bf")))
 
 
 def test_dry_run_lists_the_windows_in_order_and_the_airflow_request(tmp_path, monkeypatch, capsys):

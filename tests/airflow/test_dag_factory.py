@@ -9,9 +9,10 @@ from pathlib import Path
 from airflow.dag_processing.dagbag import DagBag
 from primus_operators.dag_factory import sync_stubs
 
-from tests.fixtures.airflow import JOB_SPEC, ROOT, copy_dags
+from tests.fixtures.airflow import ROOT, copy_dags
+from tests.fixtures.specs import AIRFLOW_ROLES, airflow_doc, write_spec
 
-GOOD = JOB_SPEC.format(name="{name}", start="2026-11-01T00:00:00Z", end="2026-11-01T04:00:00Z")
+KUBE_ROLES = {role: {**fields, "image": "primus:1"} for role, fields in AIRFLOW_ROLES.items()}
 
 
 def _sync(dags: Path, env_jobs: Path | None, monkeypatch) -> None:
@@ -42,9 +43,9 @@ def test_dagbag_of_the_repo_dags_folder_has_no_import_errors(monkeypatch, tmp_pa
 def test_one_broken_spec_breaks_only_its_own_dag_and_names_file_and_field(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
-    (jobs / "omega.yml").write_text(GOOD.replace("{name}", "omega"))
-    (jobs / "broken.yaml").write_text(GOOD.replace("{name}", "broken").replace("window: 1h", "window: 2h"))
+    write_spec(jobs / "alpha.yaml", airflow_doc("alpha"))
+    write_spec(jobs / "omega.yml", airflow_doc("omega"))
+    write_spec(jobs / "broken.yaml", airflow_doc("broken", window="2h"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, jobs, monkeypatch)
@@ -67,8 +68,8 @@ def test_the_deploy_step_makes_every_dag_visible_on_the_first_parse_and_parsing_
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for name in ("alpha", "omega", "zeta"):
-        (jobs / f"{name}.yaml").write_text(GOOD.replace("{name}", name))
-    (jobs / "broken.yaml").write_text(GOOD.replace("{name}", "broken").replace("window: 1h", "window: 2h"))
+        write_spec(jobs / f"{name}.yaml", airflow_doc(name))
+    write_spec(jobs / "broken.yaml", airflow_doc("broken", window="2h"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("PRIMUS_JOBS_DIR", str(jobs))
     dags = copy_dags(tmp_path / "dags")  # a fresh copy of dags/, as a git-sync or an image delivers it
@@ -89,7 +90,7 @@ def test_the_deploy_step_makes_every_dag_visible_on_the_first_parse_and_parsing_
 def test_out_of_date_dag_files_are_an_import_error_of_primus_dags_naming_the_fix(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    write_spec(jobs / "alpha.yaml", airflow_doc("alpha"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("PRIMUS_JOBS_DIR", str(jobs))
     dags = copy_dags(tmp_path / "dags")
@@ -114,7 +115,7 @@ def test_out_of_date_dag_files_are_an_import_error_of_primus_dags_naming_the_fix
 def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    write_spec(jobs / "alpha.yaml", airflow_doc("alpha"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, jobs, monkeypatch)
@@ -151,11 +152,7 @@ def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
 def test_kubernetes_jobs_get_the_vertical_scalers_pod_override_on_the_data_tasks(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    spec = GOOD.replace("{name}", "kube").replace("backend: local", "backend: kubernetes")
-    spec = spec.replace("memory: 1Gi}", 'memory: 1Gi, image: "primus:1"}').replace(
-        "memory: 2Gi}", 'memory: 2Gi, image: "primus:1"}'
-    )
-    (jobs / "kube.yaml").write_text(spec)
+    write_spec(jobs / "kube.yaml", airflow_doc("kube", backend="kubernetes", roles=KUBE_ROLES))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, jobs, monkeypatch)
@@ -173,7 +170,7 @@ def test_the_dag_files_need_nothing_on_sys_path_but_the_installed_package(monkey
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for name in ("alpha", "omega"):
-        (jobs / f"{name}.yaml").write_text(GOOD.replace("{name}", name))
+        write_spec(jobs / f"{name}.yaml", airflow_doc(name))
     dags = copy_dags(tmp_path / "dags")
     env = {**os.environ, "PRIMUS_JOBS_DIR": str(jobs), "PRIMUS_DATA": str(tmp_path / "data")}
     subprocess.run([sys.executable, "-I", str(dags / "primus_dags.py")], env=env, check=True, capture_output=True)
@@ -196,7 +193,7 @@ def test_a_missing_piece_of_the_dag_is_an_import_error_not_a_dropped_task(monkey
     ``scale`` task); a module that cannot be imported is now the DAG file's import error."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    (jobs / "alpha.yaml").write_text(GOOD.replace("{name}", "alpha"))
+    write_spec(jobs / "alpha.yaml", airflow_doc("alpha"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, jobs, monkeypatch)

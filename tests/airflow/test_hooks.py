@@ -6,7 +6,7 @@ import os
 import pytest
 from primus_operators.hooks import PrimusKafkaHook, PrimusKubernetesHook, PrimusStorageHook, airflow_resolver
 
-from tests.fixtures.airflow import JOB_SPEC
+from tests.fixtures.specs import airflow_doc, batch_stream, job_yaml
 
 S3 = {
     "conn_type": "aws",
@@ -79,11 +79,10 @@ def test_the_spec_only_names_connections_and_a_task_resolves_them_without_the_en
 
     _conn(monkeypatch, "logs_s3", S3)
     _conn(monkeypatch, "other_s3", {**S3, "login": "AKIA-OTHER"})
-    spec = JOB_SPEC.format(name="conn", start="2026-11-01T00:00:00Z", end="2026-11-01T02:00:00Z")
-    spec = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: logs_s3}", 1)
-    spec = spec.replace("success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: other_s3}", 1)
-    spec = spec.replace("file://${PRIMUS_DATA}", "s3://bucket")
-    spec = spec.replace("  resources:", "  storage: {root: s3://state, connection_id: logs_s3}\n  resources:", 1)
+    stream = batch_stream("s3://bucket", connection_id="logs_s3")
+    stream["sources"][1]["connection_id"] = "other_s3"  # clicks: the other account
+    storage = {"root": "s3://state", "connection_id": "logs_s3"}
+    spec = job_yaml(airflow_doc("conn", hours=2, streams=[stream], storage=storage))
     job = _job(spec)
     assert "secret-key" not in spec
     before = dict(os.environ)

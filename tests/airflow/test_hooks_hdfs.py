@@ -16,7 +16,8 @@ import pytest
 from primus_operators.hooks import PrimusStorageHook, airflow_resolver
 
 from primus_lib.credentials import WebHdfsCredentials
-from tests.fixtures.airflow import JOB_SPEC, make_job
+from tests.fixtures.airflow import make_job
+from tests.fixtures.specs import airflow_doc, batch_stream, write_spec
 
 
 def _conn(monkeypatch, conn_id: str, hdfs_cluster, **fields) -> dict:
@@ -26,13 +27,8 @@ def _conn(monkeypatch, conn_id: str, hdfs_cluster, **fields) -> dict:
 
 
 def _spec(tmp_path: Path, base: str, conn_id: str) -> Path:
-    spec = JOB_SPEC.format(name="hdfs-job", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    spec = spec.replace("file://${PRIMUS_DATA}/", f"webhdfs://{base}/").replace(
-        "success_marker: _SUCCESS}", f"success_marker: _SUCCESS, connection_id: {conn_id}}}"
-    )
-    path = tmp_path / "hdfs-job.yaml"
-    path.write_text(spec)
-    return path
+    stream = batch_stream(f"webhdfs://{base}", connection_id=conn_id)
+    return write_spec(tmp_path / "hdfs-job.yaml", airflow_doc("hdfs-job", hours=1, streams=[stream]))
 
 
 def test_the_operators_read_hdfs_through_the_spec_connection(hdfs_cluster, tmp_path: Path, monkeypatch):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.airflow import JOB_SPEC, make_job
+from tests.fixtures.airflow import make_job
+from tests.fixtures.specs import airflow_doc, batch_stream, write_spec
 
 BUCKET = "primus-logs"
 
@@ -24,12 +25,8 @@ def test_source_data_tasks_and_join_read_s3_through_the_spec_connection(s3_serve
     for path in sorted(local.data.rglob("*")):
         if path.is_file() and path.parent.name == "00":
             fs.open_output_stream(f"{BUCKET}/{path.relative_to(local.data)}").write(path.read_bytes())
-    spec = JOB_SPEC.format(name="s3-job", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    spec = spec.replace("file://${PRIMUS_DATA}/", f"s3://{BUCKET}/").replace(
-        "success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: logs_s3}"
-    )
-    spec_path = tmp_path / "s3-job.yaml"
-    spec_path.write_text(spec)
+    stream = batch_stream(f"s3://{BUCKET}", connection_id="logs_s3")
+    spec_path = write_spec(tmp_path / "s3-job.yaml", airflow_doc("s3-job", hours=1, streams=[stream]))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
@@ -82,10 +79,8 @@ def test_job_state_on_s3_through_the_storage_connection_keeps_the_secret_out_of_
     local = make_job(tmp_path / "local", end="2026-11-01T01:00:00Z", rows_per_hour=80)
     fs = s3_server.filesystem()
     fs.create_dir("primus-state")
-    spec = JOB_SPEC.format(name="s3-state", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    spec += '  storage: {root: "s3://primus-state/jobs", connection_id: state_s3}\n'
-    spec_path = tmp_path / "s3-state.yaml"
-    spec_path.write_text(spec)
+    storage = {"root": "s3://primus-state/jobs", "connection_id": "state_s3"}
+    spec_path = write_spec(tmp_path / "s3-state.yaml", airflow_doc("s3-state", hours=1, storage=storage))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))

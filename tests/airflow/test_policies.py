@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from airflow import settings
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
@@ -28,8 +29,9 @@ from primus_operators.policies import ALLOCATIONS_ANNOTATION, ROLE_ANNOTATION
 from primus_lib.allocation import allocations_dir, record_allocation
 from primus_lib.spec import load_job
 from primus_lib.storage import StorageLocation
-from tests.airflow.test_dag_factory import GOOD, _sync
+from tests.airflow.test_dag_factory import KUBE_ROLES, _sync
 from tests.fixtures.airflow import copy_dags
+from tests.fixtures.specs import airflow_doc, write_spec
 
 pytestmark = pytest.mark.integration
 TASK = "history.execute_impressions"
@@ -53,11 +55,8 @@ def kube_job(s3_env, monkeypatch, tmp_path):
     s3_env.filesystem().create_dir(bucket)
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    spec = GOOD.replace("{name}", "kube").replace("backend: local", "backend: kubernetes")
-    spec = spec.replace("memory: 1Gi}", 'memory: 1Gi, image: "primus:1"}').replace(
-        "memory: 2Gi}", 'memory: 2Gi, image: "primus:1"}'
-    )
-    (jobs / "kube.yaml").write_text(spec + f'  storage: {{root: "s3://{bucket}/jobs"}}\n')
+    storage = {"root": f"s3://{bucket}/jobs"}
+    write_spec(jobs / "kube.yaml", airflow_doc("kube", backend="kubernetes", roles=KUBE_ROLES, storage=storage))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     return jobs / "kube.yaml"
@@ -183,7 +182,9 @@ def test_the_store_is_read_with_the_storage_connection(kube_job, s3_env, policy_
 
     conn = s3_env.connection()  # the s3_env fixture's store
     secret = conn["password"]
-    kube_job.write_text(kube_job.read_text().replace("storage: {root:", "storage: {connection_id: state_s3, root:"))
+    doc = yaml.safe_load(kube_job.read_text())
+    doc["spec"]["storage"]["connection_id"] = "state_s3"
+    write_spec(kube_job, doc)
     monkeypatch.delenv("PRIMUS_SECRETS_DIR")  # the scheduler has no secret files, only the Airflow connection
     monkeypatch.setenv("AIRFLOW_CONN_STATE_S3", json.dumps(conn))
     job = load_job(kube_job, env={"PRIMUS_DATA": str(tmp_path / "data")})

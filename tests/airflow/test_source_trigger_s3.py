@@ -15,7 +15,8 @@ from urllib.parse import quote
 import pytest
 
 from devstack.demo import wait_for_dag
-from tests.fixtures.airflow import JOB_SPEC, make_job, sync_dag_stubs
+from tests.fixtures.airflow import make_job, sync_dag_stubs
+from tests.fixtures.specs import airflow_doc, batch_stream, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,14 +58,11 @@ def test_the_triggerer_resolves_the_s3_sources_connection_and_the_run_succeeds(a
     assert not [key for key in server.env if key.startswith("AWS_")]  # the triggerer's environment
     bucket = f"deferred-{uuid.uuid4().hex[:8]}"
     _upload_window(s3_server, tmp_path, bucket)
-    spec = JOB_SPEC.format(name=JOB, start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    spec = spec.replace("file://${PRIMUS_DATA}/", f"s3://{bucket}/").replace(
-        "success_marker: _SUCCESS}", f"success_marker: _SUCCESS, connection_id: {CONN_ID}}}"
-    )
+    stream = batch_stream(f"s3://{bucket}", connection_id=CONN_ID)
     extra = json.dumps({"endpoint_url": s3_server.url, "region_name": "us-east-1"})
     keys = {"login": s3_server.access_key, "password": s3_server.secret_key}
     api.request("POST", "/api/v2/connections", {"connection_id": CONN_ID, "conn_type": "aws", "extra": extra, **keys})
-    (server.job.jobs_dir / f"{JOB}.yaml").write_text(spec)
+    write_spec(server.job.jobs_dir / f"{JOB}.yaml", airflow_doc(JOB, hours=1, streams=[stream]))
     sync_dag_stubs(server.env, server.job.dags)
     wait_for_dag(api, JOB, timeout=180)
     api.set_paused(JOB, False)  # the timer's window is long past and catchup is off: no scheduled run

@@ -136,18 +136,15 @@ def test_source_trigger_reads_s3_with_the_sources_connection_and_sets_no_environ
     ``connection_id`` itself (``aget_connection``) and hands the credentials to the filesystem."""
     from primus_operators.operators import source as source_module
 
-    from tests.fixtures.airflow import JOB_SPEC
+    from tests.fixtures.specs import airflow_doc, batch_stream, write_spec
 
     bucket = f"trigger-{uuid.uuid4().hex[:8]}"
     fs = s3_server.filesystem()
     fs.create_dir(bucket)
     part = f"{bucket}/clicks/20261101/00"
     fs.open_output_stream(f"{part}/part-0.parquet").write(b"not read by the readiness check")
-    spec = JOB_SPEC.format(name="s3-trigger", start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    spec = spec.replace("file://${PRIMUS_DATA}/", f"s3://{bucket}/").replace(
-        "success_marker: _SUCCESS}", "success_marker: _SUCCESS, connection_id: trigger_s3}"
-    )
-    (tmp_path / "s3-trigger.yaml").write_text(spec)
+    stream = batch_stream(f"s3://{bucket}", connection_id="trigger_s3")
+    write_spec(tmp_path / "s3-trigger.yaml", airflow_doc("s3-trigger", hours=1, streams=[stream]))
     for name in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from tests.fixtures._proc import free_port, start, stop
-from tests.fixtures.airflow import JOB_SPEC, airflow_binary, airflow_env, make_job, sync_dag_stubs
+from tests.fixtures.airflow import airflow_binary, airflow_env, make_job, sync_dag_stubs
+from tests.fixtures.specs import airflow_doc, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow, pytest.mark.postgres]
 
@@ -81,9 +82,7 @@ def fab_server(tmp_path_factory: pytest.TempPathFactory, postgres_server):
     binary = airflow_binary()
     root = tmp_path_factory.mktemp("airflow-fab")
     job = make_job(root / "job", name=JOB_A, end="2026-11-01T01:00:00Z", rows_per_hour=20)
-    (job.jobs_dir / f"{JOB_B}.yaml").write_text(
-        JOB_SPEC.format(name=JOB_B, start="2026-11-01T00:00:00Z", end="2026-11-01T01:00:00Z")
-    )
+    write_spec(job.jobs_dir / f"{JOB_B}.yaml", airflow_doc(JOB_B, hours=1))
     port = free_port()
     env = airflow_env(
         root / "home",

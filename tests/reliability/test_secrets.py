@@ -25,8 +25,9 @@ from urllib.parse import quote
 import pytest
 
 from tests.fixtures._proc import free_port, start, stop
-from tests.fixtures.airflow import JOB_SPEC, airflow_binary, airflow_env, make_job, sync_dag_stubs
+from tests.fixtures.airflow import airflow_binary, airflow_env, make_job, sync_dag_stubs
 from tests.fixtures.s3 import start_seaweedfs
+from tests.fixtures.specs import airflow_doc, job_yaml
 from tests.reliability.argv import ArgvSampler
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow, pytest.mark.s3, pytest.mark.postgres]
@@ -147,8 +148,8 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
                           allow_bucket_creation=True).create_dir(BUCKET)  # fmt: skip
         job = make_job(root / "job", name=JOB, end="2026-11-01T02:00:00Z", rows_per_hour=200)
         database = _ledger_database(postgres_server, job_secrets.ledger_password)
-        storage = f'  storage: {{root: "s3://{BUCKET}/jobs", connection_id: {CONN_ID}, database: "{database}"}}\n'
-        spec_text = JOB_SPEC.format(name=JOB, start="2026-11-01T00:00:00Z", end="2026-11-01T02:00:00Z") + storage
+        storage = {"root": f"s3://{BUCKET}/jobs", "connection_id": CONN_ID, "database": database}
+        spec_text = job_yaml(airflow_doc(JOB, hours=2, storage=storage))
         job.spec.write_text(spec_text)
         assert not any(s in spec_text for s in job_secrets.items().values())  # the spec names, never holds
         home = root / "home"
