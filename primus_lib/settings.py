@@ -176,11 +176,9 @@ def table() -> str:
 
 def render(document: str) -> str:
     """``document`` with the text between the markers replaced by ``table()``."""
-    head, begin, rest = document.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"expected the markers {BEGIN} and {END} in the settings page")
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    from primus_lib.markdown import replace_block
+
+    return replace_block(document, BEGIN, END, table())
 
 
 if __name__ == "__main__":  # python -m primus_lib.settings docs/settings.md: rewrite the table

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from primus_lib.markdown import replace_block
+
 BEGIN, END = "<!-- results:begin (make eval-report) -->", "<!-- results:end -->"
 BASELINES = ("offline", "online", "offline_then_online", "single_tower")
 
@@ -94,12 +96,10 @@ def table(results: list[WorldResult]) -> str:
 
 def write_block(path: Path, text: str) -> None:
     """Replace the text between the results markers of ``path``."""
-    doc = path.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise ValueError(f"{path}: no '{BEGIN}' ... '{END}' block to replace")
-    head, rest = doc.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    try:
+        path.write_text(replace_block(path.read_text(), BEGIN, END, text))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

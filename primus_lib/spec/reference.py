@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from primus_lib.markdown import replace_block
 from primus_lib.spec.job import JobSpec
 
 BEGIN, END = "<!-- reference:begin (python -m primus_lib.spec.reference docs/spec.md) -->", "<!-- reference:end -->"
@@ -83,11 +84,7 @@ def table() -> str:
 
 
 def rewrite(document: str) -> str:
-    head, begin, rest = document.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"expected the markers {BEGIN} and {END}")
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    return replace_block(document, BEGIN, END, table())
 
 
 def main(argv: list[str] | None = None) -> int:
