@@ -10,7 +10,7 @@ WHEELHOUSE := $(CACHE)/wheels
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install system test test-unit lint up down demo bench infra clean
+.PHONY: help install system test test-unit lint up down demo bench infra clean eval-worlds eval-report
 
 help:
 	@echo "make up     install, then start the live stack in the background (Airflow UI on :8080)"
@@ -19,6 +19,8 @@ help:
 	@echo "make test   install, prepare the servers the tests start, run all tests"
 	@echo "make lint   ruff"
 	@echo "make bench  run every benchmark in bench/ (BENCH_WINDOWS=500: the backfill load's windows)"
+	@echo "make eval-worlds  backtest every mode on every named world (docs/eval-plan.md; hours on 2 cores)"
+	@echo "make eval-report  the results table of docs/training.md from those reports"
 
 system:
 	@bash scripts/install-system.sh
@@ -75,3 +77,18 @@ bench: install infra
 
 clean:
 	rm -rf $(VENV) .primus build *.egg-info
+
+# The results of docs/training.md: docs/eval-plan.md's protocol on every named world (EVAL_WORLDS to
+# choose some), reports under .primus/eval/<world>/ (out of git), then the table rendered from them.
+EVAL_DIR ?= .primus/eval
+EVAL_SEEDS ?= 0,1,2
+EVAL_WORLDS ?= $(shell $(PY) -c "from primus_lib.data.datagen.worlds import names; print(' '.join(names('development') + names('held-out')))" 2>/dev/null)
+EVAL_MODES ?= mtrm;single_tower;single_tower[lr=0.01];online;online[lr=0.01];offline_then_online;offline_then_online[lr=0.01];offline;offline[lr=0.01];online[c=oracle];single_tower[corr=none]
+eval-worlds: install
+	@set -o pipefail; for w in $(EVAL_WORLDS); do echo "== $$w"; \
+	  $(VENV)/bin/primus eval config/jobs/worlds-eval.yaml --world $$w --data-seeds --seeds $(EVAL_SEEDS) \
+	    --end 2026-11-08T00:00:00Z --modes '$(EVAL_MODES)' --out $(EVAL_DIR)/$$w -q | tail -1 || exit 1; \
+	done
+
+eval-report: install
+	@$(PY) -m primus_lib.evaluation.results $(EVAL_DIR) --write docs/training.md
