@@ -64,11 +64,13 @@ demo: up
 
 # Every benchmark in turn; each one's output goes to .primus/bench/NAME.out (stderr: NAME.err), its
 # last line (one JSON object) to the terminal; a failed benchmark fails the target after the others ran.
+# bench/gpu_*.py need an NVIDIA GPU: skipped, and said so, where nvidia-smi finds none.
 BENCH_WINDOWS ?= 500
 bench: install infra
 	@mkdir -p .primus/bench; failed=""; \
 	for f in bench/[!_]*.py; do \
 	  name=$$(basename $$f .py); echo "== $$f"; \
+	  case $$name in gpu_*) if ! nvidia-smi -L >/dev/null 2>&1; then echo "skipped: no NVIDIA GPU"; continue; fi;; esac; \
 	  if PRIMUS_CACHE=$(CACHE) PRIMUS_BENCH_WINDOWS=$(BENCH_WINDOWS) $(PY) $$f > .primus/bench/$$name.out 2> .primus/bench/$$name.err; \
 	  then tail -1 .primus/bench/$$name.out; \
 	  else tail -5 .primus/bench/$$name.err; failed="$$failed $$name"; fi; \
