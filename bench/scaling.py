@@ -15,12 +15,18 @@ is no worse than the scaled run's. Among those, the highest throughput per core 
 Figures: core-hours allocated (pending pods hold their cores), CPU utilisation (used / allocated),
 trainer starvation (share of the trainers' demand not served), throughput per core (samples per
 allocated core-second). The paper: +17.1% throughput per core, CPU utilisation 50% -> 80%.
-Last line: JSON with `ratio` (throughput per core, scaled / best static) and `cpu_util` (scaled).
+These are SIMULATED (the model above, the production policies): `ratio_sim`, `cpu_util_sim`.
 
-Second phase (skipped with ``--skip-real``): the same comparison with real processes on the embedded
-default (bench/_surge_runs.py: bench/surge.py's Kafka, stream executors, trainer and 10x surge; the
-scaler ticking vs fixed stream-executor counts); adds `ratio_real` (core-seconds of the stream
-executors, best static / scaled, at equal or lower trainer starvation) and the raw figures per run.
+Second phase, MEASURED (skipped with ``--skip-real``): the same comparison with real processes on the
+embedded default (bench/_surge_runs.py: bench/surge.py's Kafka, stream executors of a fractional,
+enforced CPU allotment decoding heavy rows, the MTRM trainer, a 10x surge; the scaler ticking vs every
+fixed stream-executor count 1..N): `ratio_real` (stream rows trained per allotted executor
+core-second, scaled / the best static at no more trainer starvation while rows waited in Kafka) and
+`cpu_util_real` (the scaled executors' used / allotted CPU). The run fails (exit 1, after the JSON)
+when the scaler made no scale-up or no scale-down: then it compared nothing.
+
+Last line: JSON. `ratio` and `cpu_util` are the measured figures (`ratio_real`, `cpu_util_real`;
+null with ``--skip-real``); `figures` says which key is measured and which simulated.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ HAND_SET_EXECUTORS, HAND_SET_CORES, MEMORY = 900, 10.0, 24 * 2**30
 MIN_EXECUTORS, MAX_EXECUTORS = 100, 1400  # the scaled role's bounds
 COARSE_CORES = [float(c) for c in range(1, 11)]  # 1 .. 10 cores
 FINE_STEP, FINE_SPAN = 0.1, 0.5  # then every 0.1 core within 0.5 of the coarse best (>= 1 core)
+# the real phase (docs/scaling.md "Real processes"): executor-bound rows, stream executors of 0.15
+# core (a cgroup quota where the machine has one), 1..4 of them (the topic's 4 partitions), the
+# scaler every 5 s with a 10 s cooldown and a step of the whole pool (a small pool: +1 per decision
+# otherwise)
+REAL_PHASES, REAL_BASE = "20,20,70,10", 650.0
+REAL_ROW = (4, 300)  # string-valued sparse features, dense features per event (~4.8 KB of JSON)
+REAL_BATCH, REAL_EXECUTOR_CPU, REAL_MAX_EXECUTORS, REAL_COOLDOWN = 2048, 0.15, 4, 10.0
 
 
 def job() -> PrimusJob:
@@ -146,10 +159,8 @@ def best_static(bound: float) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-real", action="store_true", help="only the model (no real-process runs)")
-    parser.add_argument("--real-static", default="1,2,4", help="stream-executor counts of the static runs")
-    parser.add_argument("--real-phases", default="15,30,30,15",
-                        help="seconds: before, surge, after the surge, tail (real runs)")  # fmt: skip
-    parser.add_argument("--real-base", type=float, default=500.0, help="base stream rate, rows/s (x10 in the surge)")
+    parser.add_argument("--real-phases", default=REAL_PHASES, help="seconds: before, surge, after it, tail (real runs)")
+    parser.add_argument("--real-base", type=float, default=REAL_BASE, help="base stream rows/s (x10 in the surge)")
     args = parser.parse_args(argv)
     logging.getLogger("primus.scaling").setLevel(logging.WARNING)
     spec = job()
@@ -159,15 +170,14 @@ def main(argv: list[str] | None = None) -> None:
     # a static allocation that may starve as much as the hand-set one (the surge unserved), same cores
     lenient_at = fewest_executors(static["cores"], hand_set["trainer_starvation"])
     lenient = {"executors": lenient_at[0], "cores": static["cores"], **lenient_at[1]}
-    result = {
-        "bench": "scaling",
-        "ratio": round(ours["throughput_per_core"] / static["throughput_per_core"], 4),
-        "cpu_util": ours["cpu_utilisation"],
+    sim = {
+        "ratio_sim": round(ours["throughput_per_core"] / static["throughput_per_core"], 4),
+        "cpu_util_sim": ours["cpu_utilisation"],
         "best_static": {"executors": static["executors"], "cores": static["cores"]},
         "starvation": {"scaled": ours["trainer_starvation"], "best_static": static["trainer_starvation"]},
-        "cpu_util_best_static": static["cpu_utilisation"],
-        "ratio_vs_hand_set_900x10": round(ours["throughput_per_core"] / hand_set["throughput_per_core"], 4),
-        "ratio_vs_static_at_hand_set_starvation": round(
+        "cpu_util_best_static_sim": static["cpu_utilisation"],
+        "ratio_sim_vs_hand_set_900x10": round(ours["throughput_per_core"] / hand_set["throughput_per_core"], 4),
+        "ratio_sim_vs_static_at_hand_set_starvation": round(
             ours["throughput_per_core"] / lenient["throughput_per_core"], 4
         ),
         "search": {
@@ -183,16 +193,37 @@ def main(argv: list[str] | None = None) -> None:
         "hand_set_900x10": hand_set,
         "static_at_hand_set_starvation": lenient,
     }
-    if not args.skip_real:
-        from bench import _surge_runs, surge
-
-        before, during, after, tail = (float(x) for x in args.real_phases.split(","))
-        real_args = surge.parser().parse_args(
-            ["--base", str(args.real_base), "--before", str(before), "--surge", str(during),
-             "--after", str(after), "--tail", str(tail)]
-        )  # fmt: skip
-        result.update(_surge_runs.compare(real_args, [int(n) for n in args.real_static.split(",")]))
+    real = {} if args.skip_real else real_phase(args)
+    result = {
+        "bench": "scaling",
+        "ratio": real.get("ratio_real"),
+        "cpu_util": real.get("cpu_util_real"),
+        "figures": {"ratio": "measured", "cpu_util": "measured", "ratio_sim": "simulated", "cpu_util_sim": "simulated"},
+        **sim,
+        **real,
+    }
     print(json.dumps(result))
+    if not args.skip_real:
+        made = {d["action"] for d in real["real_scaled"]["decisions"]}
+        missing = [a for a in ("scale_up", "scale_down") if a not in made]
+        if missing:
+            print(f"bench/scaling.py: the scaled real run made no {' and no '.join(missing)}: nothing was compared",
+                  file=sys.stderr)  # fmt: skip
+            sys.exit(1)
+
+
+def real_phase(args: argparse.Namespace) -> dict:
+    """The real-process comparison (bench/_surge_runs.py) on the workload above."""
+    from bench import _surge_runs, surge
+
+    before, during, after, tail = (float(x) for x in args.real_phases.split(","))
+    real_args = surge.parser().parse_args(
+        ["--base", str(args.real_base), "--before", str(before), "--surge", str(during), "--after", str(after),
+         "--tail", str(tail), "--sparse-strings", str(REAL_ROW[0]), "--dense", str(REAL_ROW[1]),
+         "--batch-size", str(REAL_BATCH), "--executor-cpu", str(REAL_EXECUTOR_CPU),
+         "--max-executors", str(REAL_MAX_EXECUTORS), "--cooldown", str(REAL_COOLDOWN), "--step", "1.0"]
+    )  # fmt: skip
+    return _surge_runs.compare(real_args, list(range(1, REAL_MAX_EXECUTORS + 1)))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,17 @@
 the priority rule and the scaler, and does the batch side keep training?
 
     .venv/bin/python bench/surge.py [--base 500] [--factor 10] [--before 60] [--surge 60] [--after 120] [--tail 30]
+                                    [--sparse-strings 0] [--executor-cpu 1]
 
 Starts its own Apache Kafka (devstack.kafka) and runs the job's roles on the local backend as in
 the embedded default: stream executors (``primus executor``, 1 replica, the scaler may take it to 4)
 and the MTRM trainer (``primus train``, service mode, checkpoint every 50 steps). The bench
 process plays the outside world and Airflow:
 - a producer writes JSON events to the 4-partition topic at ``--base`` rows/s, then ``--factor``
-  times that for ``--surge`` seconds, then the base rate again;
+  times that for ``--surge`` seconds, then the base rate again; ``--sparse-strings K`` makes each
+  event heavier: K more categorical features with string ids (the executors parse and hash them, the
+  trainer embeds them); ``--executor-cpu`` is the stream executors' allotment (a hard cap where the
+  machine has a cgroup CPU controller: ``primus_lib.resources.cpu_quota``);
 - a batch window (impressions left-join clicks) is planned, executed, joined and queued every
   ``--batch-every`` seconds in its own process (the DAG's data tasks: ``run_window``);
 - the scaler ticks every 5 s (``scaling_step`` with the backend: the stream executors' replicas).
@@ -23,6 +27,7 @@ what the scaler adds them on). Writes docs/img/surge-lag.png (``--plot``). Last 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import subprocess
@@ -31,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +52,10 @@ from primus_lib.progress import read_progress  # noqa: E402
 from primus_lib.resources import backend_for  # noqa: E402
 from primus_lib.scaling.step import scaling_step  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
-from tests.data.helpers import T0, job_doc  # noqa: E402
 
 PARTITIONS, TOPIC, SAMPLE_EVERY, SCALE_EVERY = 4, "surge-events", 2.0, 5.0
+DEMO, T0 = ROOT / "config" / "jobs" / "ctr-demo.yaml", datetime(2026, 11, 1, tzinfo=UTC)
+BODIES = 4096  # distinct event bodies the producer cycles through (encoded once: the producer stays cheap)
 PY = [sys.executable, "-m", "primus_lib.cli.main"]
 RUN_WINDOW = (
     "import sys; from primus_lib.spec import load_job; from primus_lib.timegrid import parse_utc; "
@@ -58,19 +64,36 @@ RUN_WINDOW = (
 )
 
 
+def demo_doc(data_uri: str, hours: int, bootstrap: str, topic: str) -> dict:
+    """The shipped demo job over ``hours`` windows from T0 of the data under ``data_uri`` and ``topic``."""
+    doc = copy.deepcopy(yaml.safe_load(DEMO.read_text()))
+    doc["spec"]["timer"]["end"] = (T0 + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    batch, stream = doc["spec"]["dataset"]["streams"]
+    for source in batch["sources"]:
+        source["uri"] = f"{data_uri.rstrip('/')}/{source['name']}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/"
+    batch["rows_per_shard"] = 100
+    stream["sources"][0]["kafka"].update(bootstrap_servers=bootstrap, topic=topic)
+    return doc
+
+
 def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, replicas: int = 1,
-               bounds: tuple[int, int] = (1, 4)) -> Path:  # fmt: skip
+               bounds: tuple[int, int] = (1, 4), topic: str = TOPIC, sparse_strings: int = 0,
+               executor_cpu: float = 1.0, cooldown: float = 15.0, step: float = 0.25, dense: int = 0,
+               batch_size: int = 256) -> Path:  # fmt: skip
     """The job's spec; ``replicas`` stream executors to start with, ``bounds`` the scaler's (min, max)."""
     data = work / "data"
     generate(data, T0, T0 + timedelta(hours=hours), rows_per_hour=rows_per_hour, seed=11)
-    doc = job_doc(f"file://{data}", hours=hours, bootstrap=bootstrap, topic=TOPIC)
+    doc = demo_doc(f"file://{data}", hours, bootstrap, topic)
     doc["metadata"]["name"] = "surge"
     spec = doc["spec"]
     spec["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id="surge-trainer")
     spec["features"]["sparse"] = [{"name": n, "buckets": b} for n, b in (("user_id", 10000), ("item_id", 10000),
                                                                         ("category", 100))]  # fmt: skip
+    spec["features"]["sparse"] += [{"name": f"tag{i}", "buckets": 1000} for i in range(sparse_strings)]
+    spec["features"]["dense"] += [f"x{i}" for i in range(dense)]
+    spec["dataset"]["streams"][0]["join"]["fill"].update({f"tag{i}": "none" for i in range(sparse_strings)})
     spec["model"] = {"embedding_dim": 8, "memory_tower": [32, 16], "adapt_tower": [16, 8]}
-    spec["training"].update(batch_size=256, priority={"history": 1.0, "realtime": 4.0})
+    spec["training"].update(batch_size=batch_size, priority={"history": 1.0, "realtime": 4.0})
     spec["storage"] = {"root": str(work / "jobs")}
     train = [*PY, "train", "{SPEC}", "--checkpoint-steps", "50", "--poll-interval", "1"]
     spec["resources"]["roles"] = {
@@ -79,28 +102,43 @@ def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, repli
             "replicas": replicas,
             "min_replicas": bounds[0],
             "max_replicas": bounds[1],
-            "cpu": 1,
+            "cpu": executor_cpu,
             "memory": "1Gi",
         },
         "trainer": {"replicas": 1, "cpu": 1, "memory": "4Gi", "command": train},
     }
-    spec["scaling"] = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": "15s"},
+    spec["scaling"] = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": f"{cooldown:g}s", "step": step},
                        "vertical": {"enabled": False}}  # fmt: skip
     path = work / "surge.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
+def event_bodies(sparse_strings: int, dense: int = 0, seed: int = 5) -> list[bytes]:
+    """JSON event bodies without their ``request_id`` and ``ts`` (the producer adds those)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(BODIES):
+        event = {"user_id": int(rng.integers(0, 10**5)), "item_id": int(rng.integers(0, 10**4)),
+                 "category": int(rng.integers(0, 100)), "price": float(rng.random() * 100),
+                 "age": float(rng.integers(18, 70)), "clicked": int(rng.random() < 0.2)}  # fmt: skip
+        event.update({f"tag{i}": f"t{i}-{int(rng.zipf(1.3)) % 50_000}" for i in range(sparse_strings)})
+        event.update({f"x{i}": round(float(rng.random()), 4) for i in range(dense)})
+        out.append(json.dumps(event).encode()[1:])  # without "{": the producer writes it with the ids
+    return out
+
+
 class Producer(threading.Thread):
     """Events at a rate that follows ``schedule`` [(seconds, rows/s), ...]; ``produced`` so far."""
 
-    def __init__(self, bootstrap: str, schedule: list[tuple[float, float]]) -> None:
+    def __init__(self, bootstrap: str, schedule: list[tuple[float, float]], topic: str = TOPIC,
+                 sparse_strings: int = 0, dense: int = 0) -> None:  # fmt: skip
         super().__init__(name="producer", daemon=True)
         from confluent_kafka import Producer as KafkaProducer
 
         self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-        self.schedule, self.produced, self.stop = schedule, 0, threading.Event()
-        self.rng = np.random.default_rng(5)
+        self.schedule, self.produced, self.stop, self.topic = schedule, 0, threading.Event(), topic
+        self.bodies = event_bodies(sparse_strings, dense)
 
     def rate_at(self, elapsed: float) -> float:
         for seconds, rate in self.schedule:
@@ -121,11 +159,8 @@ class Producer(threading.Thread):
             now_ms = int(time.time() * 1000)
             for i in range(n):
                 k = self.produced + i
-                event = {"request_id": f"s{k}", "user_id": int(self.rng.integers(0, 10**5)),
-                         "item_id": int(self.rng.integers(0, 10**4)), "category": int(self.rng.integers(0, 100)),
-                         "price": float(self.rng.random() * 100), "age": float(self.rng.integers(18, 70)),
-                         "ts": now_ms, "clicked": int(self.rng.random() < 0.2)}  # fmt: skip
-                self.producer.produce(TOPIC, json.dumps(event).encode(), partition=k % PARTITIONS)
+                head = b'{"request_id": "s%d", "ts": %d, ' % (k, now_ms)
+                self.producer.produce(self.topic, head + self.bodies[k % BODIES], partition=k % PARTITIONS)
             self.produced += n
             self.producer.poll(0)
             time.sleep(max(0.0, began + elapsed + tick - time.monotonic()))
@@ -148,10 +183,10 @@ def prom_values(path: Path) -> dict[tuple[str, str], float]:
 
 
 class Sampler:
-    def __init__(self, job, bootstrap: str, backend) -> None:
+    def __init__(self, job, bootstrap: str, backend, topic: str = TOPIC) -> None:
         from confluent_kafka import Consumer
 
-        self.job, self.backend, self.paths = job, backend, JobPaths.for_job(job)
+        self.job, self.backend, self.paths, self.topic = job, backend, JobPaths.for_job(job), topic
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "surge-watermarks"})
         self.rows: list[dict] = []
         self.highs: list[tuple[float, int]] = []  # (wall clock, high watermark): the lag at a snapshot's time
@@ -170,11 +205,11 @@ class Sampler:
     def high_watermark(self) -> int:
         from confluent_kafka import TopicPartition
 
-        return sum(self.consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=5)[1]
+        return sum(self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)[1]
                    for p in range(PARTITIONS))  # fmt: skip
 
     def sample(self, elapsed: float, rate: float, windows_queued: int) -> dict:
-        metrics = self.paths.metrics_dir
+        metrics = Path(self.paths.metrics_dir)  # the local job directory
         trainer = prom_values(metrics / "trainer-0.prom")
         fills = [v for f in metrics.glob("stream_executor-*.prom") for (name, _), v in prom_values(f).items()
                  if name == "primus_executor_buffer_utilisation"]  # fmt: skip
@@ -243,34 +278,48 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--tail", type=float, default=30.0, help="seconds sampled after the producer's schedule")
     parser.add_argument("--batch-every", type=float, default=15.0, help="seconds between batch windows")
     parser.add_argument("--batch-rows", type=int, default=2000, help="impressions per batch window")
+    heavier = "more categorical features per event, string ids (heavier rows and decoding)"
+    parser.add_argument("--sparse-strings", type=int, default=0, help=heavier)
+    parser.add_argument("--dense", type=int, default=0, help="more dense features per event (heavier rows)")
+    parser.add_argument("--batch-size", type=int, default=256, help="the trainer's minibatch rows")
+    parser.add_argument("--executor-cpu", type=float, default=1.0, help="cores per stream executor (its allotment)")
+    parser.add_argument("--max-executors", type=int, default=4, help="the scaler's bound (the topic's partitions)")
+    parser.add_argument("--cooldown", type=float, default=15.0, help="seconds: the horizontal policy's cooldown")
+    parser.add_argument("--step", type=float, default=0.25, help="the horizontal policy's largest change, a fraction")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "surge-lag.png")
     return parser
 
 
 def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
-              watch: Callable[[object, float], None] | None = None) -> tuple[list[dict], list[dict], list[float]]:  # fmt: skip
+              watch: Callable[[object, float], None] | None = None,
+              server: KafkaServer | None = None) -> tuple[list[dict], list[dict], list[float]]:  # fmt: skip
     """One run: ``replicas`` stream executors to start with, the scaler ticking when ``scale`` (else the
-    replicas stay fixed: the static allocation); ``watch(backend, elapsed)`` at every sample.
+    replicas stay fixed: the static allocation); ``watch(backend, elapsed)`` at every sample; its own
+    Kafka unless ``server`` is given (then a topic of its own on it).
     Returns the samples, the scaler's decisions and when each batch window was queued."""
     total = args.before + args.surge + args.after
     hours = int(total // args.batch_every) + 2
     work = Path(tempfile.mkdtemp(prefix="bench-surge-"))
-    server = KafkaServer(work / "kafka", kafka_classpath())
-    server.start()
+    owned = server is None
+    if server is None:
+        server = KafkaServer(work / "kafka", kafka_classpath())
+        server.start()
+    topic = TOPIC if owned else f"{TOPIC}-{work.name}"
     backend = None
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
-        bounds = (1, 4) if scale else (replicas, replicas)
-        spec = write_spec(work, server.bootstrap, hours, args.batch_rows, replicas, bounds)
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
+        bounds = (1, args.max_executors) if scale else (replicas, replicas)
+        spec = write_spec(work, server.bootstrap, hours, args.batch_rows, replicas, bounds, topic, args.sparse_strings,
+                          args.executor_cpu, args.cooldown, args.step, args.dense, args.batch_size)  # fmt: skip
         job = load_job(spec, env={})
         backend = backend_for(job, str(spec))
         backend.submit()
-        sampler = Sampler(job, server.bootstrap, backend)
+        sampler = Sampler(job, server.bootstrap, backend, topic)
         schedule = [(args.before, args.base), (args.surge, args.base * args.factor), (args.after, args.base)]
-        producer = Producer(server.bootstrap, schedule)
+        producer = Producer(server.bootstrap, schedule, topic, args.sparse_strings, args.dense)
         # warm-up: two batch windows (a window's last partial minibatch waits for the next one's rows)
         for hour in range(2):
             when = (T0 + timedelta(hours=hour)).isoformat()
@@ -313,7 +362,8 @@ def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
     finally:
         if backend is not None:
             backend.stop()
-        server.stop()
+        if owned:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
     return sampler.rows, decisions, queued_at
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from primus_lib.durable import atomic_write
 from primus_lib.paths import JobPaths
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation
+from primus_lib.storage import StorageLocation, Where, locate
 
 RESOURCES_FILE = "resources.json"
 
@@ -24,33 +23,29 @@ def scaling_dir(job: PrimusJob) -> Path:
     return JobPaths.for_job(job).root / "scaling"
 
 
-def allocations_dir(job: PrimusJob) -> Path | StorageLocation:
+def allocations_dir(job: PrimusJob) -> StorageLocation:
     """Where resources.json lives: with the job's shared state (``spec.storage.root``, possibly
     s3:// or webhdfs://), so a pod-creating scheduler or a task on another host reads the scaler's
     decision; for a local root the same directory as ``scaling_dir``."""
     return JobPaths.for_job(job).state / "scaling"
 
 
-def read_allocations(directory: Path | StorageLocation) -> dict[str, dict[str, float]]:
+def read_allocations(directory: Where) -> dict[str, dict[str, float]]:
     """Every role recorded in ``directory``'s resources.json (empty before the first decision)."""
-    path = directory / RESOURCES_FILE if isinstance(directory, StorageLocation) else Path(directory) / RESOURCES_FILE
+    path = locate(directory) / RESOURCES_FILE
     try:
-        return json.loads(path.read_text() if isinstance(path, StorageLocation) else path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text())
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def record_allocation(directory: Path | StorageLocation, role: str, cpu: float, memory: float) -> None:
+def record_allocation(directory: Where, role: str, cpu: float, memory: float) -> None:
     """Set one role's per-worker allocation (cores, bytes), keeping the others; atomic."""
     current = read_allocations(directory)
     current[role] = {"cpu": cpu, "memory": memory}
-    text = json.dumps(current, indent=1, sort_keys=True)
-    if isinstance(directory, StorageLocation):
-        (directory / RESOURCES_FILE).put_atomic(text.encode("utf-8"))
-        return
-    atomic_write(Path(directory) / RESOURCES_FILE, text)
+    (locate(directory) / RESOURCES_FILE).put_atomic(json.dumps(current, indent=1, sort_keys=True).encode("utf-8"))
 
 
 def role_resources(job: PrimusJob, role: str) -> tuple[float, float]:

@@ -158,6 +158,15 @@ def mount(resolver: Resolver, conn_ids: Iterable[str], directory: Path) -> dict[
     return {"PRIMUS_SECRETS_DIR": str(write_secret_files(directory, found))} if found else {}
 
 
+def private_directory(owner: str) -> Path:
+    """A fresh 0700 directory for a child's secret files, never inside a job's state (which other
+    readers, copies and backups see): in memory under /dev/shm as a Kubernetes Secret volume is,
+    else under the temp folder. Whoever made it removes it when its children are gone."""
+    shm = Path("/dev/shm")
+    parent = shm if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+    return Path(tempfile.mkdtemp(prefix=f"primus-secrets-{re.sub(r'[^A-Za-z0-9_.-]', '-', owner)}-", dir=parent))
+
+
 class Resolver:
     """Connection id -> typed credentials, from one source (secret files, Airflow's connections)."""
 

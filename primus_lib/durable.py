@@ -1,16 +1,15 @@
 """Writes that survive a crash: fsync of files and directories, atomic text files, Arrow IPC
-files with checksums.
+files hashed as they are written.
 
 A commit point (a rename) is only durable once what it names and the directory holding it
-have reached the disk; these helpers are shared by shards, staged task outputs, checkpoints
-and progress.json. pyarrow is imported only by ``ipc_bytes``/``write_ipc``: the light readers of job state
+have reached the disk; the store's local backend (``primus_lib.storage.local``) is built on
+these. pyarrow is imported only by ``ipc_bytes``/``write_ipc``: the light readers of job state
 (the Airflow trigger, DAG parsing) import this module too. A write that fails without naming its
 file (a full disk: ENOSPC, a quota, EIO) is re-raised naming it (``naming``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 import zlib
@@ -72,9 +71,11 @@ def ipc_bytes(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
-class _Digesting:
-    """A write-only file for ``pa.PythonFile``: every buffer the IPC writer emits goes to the file
-    and to ``digest`` (no whole-file copy in memory; hashlib and the write release the GIL)."""
+class Digesting:
+    """A write-only file for ``pa.PythonFile`` (or ``torch.save``): every buffer goes to ``handle``
+    and to ``digest`` (a hashlib object, ``Crc32`` or None), so no whole-file copy is made to hash
+    it; hashlib and the write release the GIL. ``size`` counts the bytes; ``close`` leaves
+    ``handle`` open (pa.PythonFile closes what it writes to)."""
 
     closed = False
 
@@ -82,7 +83,8 @@ class _Digesting:
         self.handle, self.digest, self.size = handle, digest, 0
 
     def write(self, data) -> int:
-        self.digest.update(data)
+        if self.digest is not None:
+            self.digest.update(data)
         view = memoryview(data).cast("B")
         size = len(view)
         while view:  # an unbuffered write may take less than asked
@@ -97,19 +99,15 @@ class _Digesting:
         pass
 
 
-def write_ipc_digest(path: Path, table: pa.Table, digest, fsync: bool = False) -> int:
-    """Write ``table`` as an Arrow IPC file (the bytes ``ipc_bytes`` makes; fsynced if told), streaming
-    the buffers into ``digest`` (a hashlib object or ``Crc32``) as they are written; returns the size.
-    One copy fewer than ``ipc_bytes`` + write: 7 ms per 1 M rows (bench/executor.py)."""
+def write_ipc(handle, table: pa.Table) -> None:
+    """Write ``table`` into the binary file ``handle`` as an Arrow IPC file (the bytes
+    ``ipc_bytes`` makes), one copy fewer than ``ipc_bytes`` + write: 7 ms per 1 M rows
+    (bench/executor.py). ``handle`` stays open; wrap it in ``Digesting`` to hash it as it is written."""
     import pyarrow as pa
 
-    with naming(path), open(path, "wb", buffering=0) as handle:
-        sink = _Digesting(handle, digest)
-        with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, table.schema) as writer:
-            writer.write_table(table)
-        if fsync:
-            os.fsync(handle.fileno())
-    return sink.size
+    sink = handle if isinstance(handle, Digesting) else Digesting(handle, None)
+    with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, table.schema) as writer:
+        writer.write_table(table)
 
 
 class Crc32:
@@ -123,10 +121,3 @@ class Crc32:
 
     def hexdigest(self) -> str:
         return f"{self.value:08x}"
-
-
-def write_ipc(path: Path, table: pa.Table, fsync: bool = True) -> str:
-    """Write ``table`` as an Arrow IPC file (fsynced unless told not to); return its sha256."""
-    digest = hashlib.sha256()
-    write_ipc_digest(path, table, digest, fsync=fsync)
-    return digest.hexdigest()

@@ -24,7 +24,7 @@ from primus_lib.paths import JobPaths, parse_window_id, window_id
 from primus_lib.progress import read_progress
 from primus_lib.scaling.store import ScalingStore
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation, is_remote
+from primus_lib.storage import StorageLocation
 from primus_lib.timegrid import window_starts
 
 ROLES = ("data_executor", "stream_executor")
@@ -147,7 +147,7 @@ def _ledger_exists(paths: JobPaths) -> bool:
 
 
 # -- trainer ------------------------------------------------------------------------------------
-def trainer_state(progress: dict, queued: dict[str, dict[str, int]], metrics_dir: Path | StorageLocation,
+def trainer_state(progress: dict, queued: dict[str, dict[str, int]], metrics_dir: StorageLocation,
                   job_name: str, now: float) -> dict[str, Any]:  # fmt: skip
     """Input wait (the share of loop time the trainer waited for data), back-pressure, and lag:
     windows committed but not trained yet, and how far (seconds of windows) training is behind
@@ -177,7 +177,7 @@ def trainer_state(progress: dict, queued: dict[str, dict[str, int]], metrics_dir
     }
 
 
-def trainer_gauges(metrics_dir: Path | StorageLocation, job_name: str, now: float) -> dict[str, float]:
+def trainer_gauges(metrics_dir: StorageLocation, job_name: str, now: float) -> dict[str, float]:
     """The highest starved / back-pressure ratio over the trainer ranks' newest snapshots, and
     when the newest was written (``at``); {} before the trainer's first snapshot."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -193,22 +193,15 @@ def trainer_gauges(metrics_dir: Path | StorageLocation, job_name: str, now: floa
     return out
 
 
-def _snapshots(directory: Path | StorageLocation, prefix: str) -> list[tuple[str, float | None]]:
-    """(text, mtime) of the ``<prefix>*.prom`` snapshots in the job's metrics dir, local or remote."""
+def _snapshots(directory: StorageLocation, prefix: str) -> list[tuple[str, float | None]]:
+    """(text, mtime) of the ``<prefix>*.prom`` snapshots in the job's metrics dir."""
     found = []
-    if is_remote(directory):
-        for entry in directory.list():  # type: ignore[union-attr]
-            if entry.name.startswith(prefix) and entry.name.endswith(".prom"):
-                try:
-                    found.append(((directory / entry.name).read_text(), entry.mtime))  # type: ignore[operator]
-                except FileNotFoundError:
-                    continue
-        return found
-    for path in sorted(Path(directory).glob(f"{prefix}*.prom")):
-        try:
-            found.append((path.read_text(encoding="utf-8"), path.stat().st_mtime))
-        except FileNotFoundError:  # replaced between listing and reading
-            continue
+    for entry in directory.list():
+        if entry.name.startswith(prefix) and entry.name.endswith(".prom"):
+            try:
+                found.append(((directory / entry.name).read_text(), entry.mtime))
+            except FileNotFoundError:  # removed between listing and reading
+                continue
     return found
 
 

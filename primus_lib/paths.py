@@ -9,10 +9,12 @@ Layout under ``JobPaths.root``::
     trainer/checkpoints/               model + optimizer + data position
     metrics/                           metric snapshots of executors and trainers
 
-When ``spec.storage.root`` is remote (``s3://`` or ``webhdfs://``, see ``primus_lib.storage``)
-the committed windows, the checkpoints, the metric snapshots and the trainer's progress.json
-live there (``JobPaths.shared``, the root plus the job's name); the rest (the SQLite ledger when
-no database is named, staging, resource tables) stays in a private local working directory,
+``JobPaths.state`` is where the job's shared state lives (windows, staging, checkpoints, metric
+snapshots, progress.json, scaling state, the executors' registry): a ``primus_lib.storage``
+location, the same kind of object whether the root is a local directory or remote. When
+``spec.storage.root`` is remote (``s3://`` or ``webhdfs://``) that is the root plus the job's name
+(``JobPaths.shared``), and what cannot be shared (the SQLite ledger when no database is named, the
+local backend's process table) stays in a private local working directory, ``JobPaths.root``:
 ``$PRIMUS_HOME/jobs/<job>`` (else ``.primus/jobs/<job>``).
 
 The remote root is read with the credentials of ``spec.storage.connection_id`` and the database
@@ -30,10 +32,12 @@ from typing import TYPE_CHECKING
 from primus_lib.credentials import CredentialsError, current
 from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation, is_remote, locate, unresolved
+from primus_lib.storage import StorageLocation, Where, local_directory, locate, unresolved
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
+
+    from primus_lib.credentials import StorageCredentials
 
 WINDOW_ID_FORMAT = "%Y%m%dT%H%M%SZ"
 
@@ -54,39 +58,39 @@ def _local_jobs_root() -> Path:
 def jobs_root(job: PrimusJob) -> Path:
     """The local directory of the jobs: spec.storage.root when it is local, else the private
     working directory next to a remote root."""
-    root = job.spec.storage.root
-    if root is None or is_remote(root):
-        return _local_jobs_root()
-    found = locate(root)  # a local Path, or ValueError naming an unsupported scheme
-    if not isinstance(found, Path):
-        raise ValueError(f"spec.storage.root: expected a local path, s3:// or webhdfs:// URI, found {root!r}")
-    return found
+    return local_directory(job.spec.storage.root) or _local_jobs_root()
 
 
 @dataclass(frozen=True)
 class JobPaths:
     root: Path  # local: the job's directory; with a remote storage root, its private working directory
     database: str | None = field(default=None, repr=False)  # spec.storage.database: holds a password
-    shared: StorageLocation | None = None  # the job's directory on remote storage (s3://, webhdfs://)
+    shared: StorageLocation | None = None  # the job's directory on a remote root (s3://, webhdfs://)
     database_connection_id: str | None = None  # its login completes ``database`` (resolved when read)
+    credentials: StorageCredentials | None = field(default=None, repr=False)  # the remote root's
 
     @classmethod
     def for_job(cls, job: PrimusJob) -> JobPaths:
         storage = job.spec.storage
-        shared = None
-        if storage.root is not None and is_remote(storage.root):
+        shared, credentials = None, None
+        if storage.root is not None and local_directory(storage.root) is None:
             try:
                 credentials = current().storage(storage.connection_id, "spec.storage.connection_id")
             except CredentialsError as exc:  # paths are still computed; the store's first use says why
                 shared = unresolved(storage.root, exc) / job.name
             else:
                 shared = locate(storage.root, credentials) / job.name
-        return cls(jobs_root(job) / job.name, storage.database, shared, storage.database_connection_id)
+        return cls(jobs_root(job) / job.name, storage.database, shared, storage.database_connection_id, credentials)
+
+    def locate(self, uri: Where) -> StorageLocation:
+        """A location the job recorded by URI (a window's path in the training queue), read with
+        the store's credentials (``spec.storage.connection_id``), not the process's default ones."""
+        return locate(uri, self.credentials)
 
     @property
-    def state(self) -> Path | StorageLocation:
-        """Where windows, checkpoints and metric snapshots live: the remote location or the local root."""
-        return self.shared if self.shared is not None else self.root
+    def state(self) -> StorageLocation:
+        """Where the job's shared state lives: the remote root's job directory, else the local root."""
+        return self.shared if self.shared is not None else locate(self.root)
 
     @property
     def ledger(self) -> Path | URL:
@@ -103,7 +107,7 @@ class JobPaths:
             return url
         return self.root / "ledger.sqlite"
 
-    def window_dir(self, stream: str, start: datetime) -> Path | StorageLocation:
+    def window_dir(self, stream: str, start: datetime) -> StorageLocation:
         return self.state / "windows" / stream / window_id(start)
 
     @property
@@ -111,15 +115,15 @@ class JobPaths:
         return self.root / "trainer"
 
     @property
-    def progress(self) -> Path | StorageLocation:
+    def progress(self) -> StorageLocation:
         """The trainer's progress.json, next to its checkpoints: the Airflow trainer task reads it
         from wherever it runs (``primus_lib.progress``)."""
         return self.state / "trainer" / "progress.json"
 
     @property
-    def checkpoints(self) -> Path | StorageLocation:
+    def checkpoints(self) -> StorageLocation:
         return self.state / "trainer" / "checkpoints"
 
     @property
-    def metrics_dir(self) -> Path | StorageLocation:
+    def metrics_dir(self) -> StorageLocation:
         return self.state / "metrics"

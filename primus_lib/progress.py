@@ -8,10 +8,10 @@ tasks' backlog metric counts the windows it does not list yet. Format (docs/cont
                   "logloss": float|null, "at": epoch_seconds}},
      "step": int, "stream_position": {...}, "mode": str, "written_at": epoch_seconds}
 
-The file lives where the job's state lives (``JobPaths.progress``): the job directory, or the
-shared remote root (``s3://``, ``webhdfs://``) so that the Airflow trainer task, on another host
-with another private working directory, reads what the trainer wrote. Remotely it is replaced by
-one PUT (``StorageLocation.put_atomic``): a reader sees the old document or the new one.
+The file lives where the job's state lives (``JobPaths.progress``, a ``primus_lib.storage``
+location): the job directory, or the shared remote root (``s3://``, ``webhdfs://``) so that the
+Airflow trainer task, on another host with another private working directory, reads what the
+trainer wrote. It is replaced with ``put_atomic``: a reader sees the old document or the new one.
 
 ``auc``/``logloss`` are progressive: each row is scored by the graph that trains on it,
 just before that minibatch's update (batch rows by the memory tower in MTRM, stream rows by
@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
-from primus_lib.durable import atomic_write
-from primus_lib.storage import StorageLocation, is_remote, locate
+from primus_lib.storage import Where, locate
 
 
 class WindowMetrics(Protocol):
@@ -51,28 +49,18 @@ def window_summary(stats: WindowMetrics) -> dict[str, Any]:
     return {"samples": stats.samples, "auc": stats.auc(), "logloss": stats.logloss(), "at": time.time()}
 
 
-def write_progress(
-    path: Path | StorageLocation | str, consumed: dict, step: int, stream_position: dict, mode: str
-) -> None:
-    """Replace the file atomically (locally temp file, fsync, rename; remotely one PUT): a reader
-    never sees half of it."""
+def write_progress(path: Where, consumed: dict, step: int, stream_position: dict, mode: str) -> None:
+    """Replace the file atomically: a reader never sees half of it."""
     document = {"consumed": consumed, "step": step, "stream_position": stream_position, "mode": mode,
                 "written_at": time.time()}  # fmt: skip
-    text = json.dumps(document, indent=1, sort_keys=True)
-    if is_remote(path):
-        locate(path).put_atomic(text.encode("utf-8"))
-    else:
-        atomic_write(Path(path), text)
+    locate(path).put_atomic(json.dumps(document, indent=1, sort_keys=True).encode("utf-8"))
 
 
-def read_progress(path: str | Path | StorageLocation) -> dict[str, Any]:
-    """The document, or ``{"consumed": {}}`` before the trainer's first checkpoint (a path, a
-    remote location, or its URI as ``str(JobPaths.progress)`` gives it)."""
+def read_progress(path: Where) -> dict[str, Any]:
+    """The document, or ``{"consumed": {}}`` before the trainer's first checkpoint (a location, a
+    path, or its URI as ``str(JobPaths.progress)`` gives it)."""
     try:
-        if is_remote(path):
-            text = locate(path).read_bytes().decode("utf-8")
-        else:
-            text = Path(path).read_text(encoding="utf-8")
+        text = locate(path).read_text()
     except FileNotFoundError:
         return {"consumed": {}}
     document = json.loads(text)

@@ -23,8 +23,7 @@ from primus_lib.credentials import (
     write_secret_files,
 )
 from primus_lib.paths import JobPaths
-from primus_lib.spec import job_from_document
-from tests.data.helpers import job_doc
+from tests.fixtures.specs import demo_doc, load
 
 S3 = {"conn_type": "aws", "login": "AK", "password": "SK", "extra": {"endpoint_url": "http://s3:8333"}}
 
@@ -100,14 +99,13 @@ def test_mounting_writes_private_files_a_child_resolves_the_same(tmp_path):
 
 
 def test_job_paths_complete_the_database_url_and_defer_an_unresolved_store(tmp_path, monkeypatch):
-    doc = job_doc(f"file://{tmp_path}/data")
-    doc["spec"]["storage"] = {
+    storage = {
         "root": "s3://state/jobs",
         "connection_id": "state",
         "database": "postgresql+psycopg2://primus@db:5432/primus",
         "database_connection_id": "ledger",
     }
-    job = job_from_document(doc, env={})
+    job = load(demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100, storage=storage), env={})
     monkeypatch.delenv("PRIMUS_SECRETS_DIR", raising=False)
     paths = JobPaths.for_job(job)  # no connection here: paths are still computed (a DAG parse)
     assert str(paths.progress) == "s3://state/jobs/ctr-demo/trainer/progress.json"

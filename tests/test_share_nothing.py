@@ -36,6 +36,7 @@ import pytest
 from primus_lib.data.datagen import generate
 from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.fixtures._proc import free_port, wait_for_line
+from tests.fixtures.specs import ROLES, batch_stream, job_doc, job_yaml, kafka_stream
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,41 +45,15 @@ HOURS = 4  # windows
 ROWS = 200  # impressions per hour
 BATCH = 64  # spec.training.batch_size
 
-SPEC = """\
-apiVersion: primus.dev/v1alpha1
-kind: PrimusJob
-metadata: {{name: nothing-shared}}
-spec:
-  timer: {{start: "2026-11-01T00:00:00Z", end: "2026-11-01T{hours:02d}:00:00Z", window: 1h}}
-  dataset:
-    streams:
-      - name: history
-        kind: batch
-        lag: 1h
-        sources:
-          - {{name: impressions, uri: "s3://{bucket}/data/impressions/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
-          - {{name: clicks, uri: "s3://{bucket}/data/clicks/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
-        join: {{keys: [request_id], how: left, fill: {{clicked: 0}}}}
-      - name: realtime
-        kind: stream
-        sources:
-          - {{name: events, kafka: {{bootstrap_servers: "{bootstrap}", topic: {topic}, startup: earliest}}, format: json}}
-  features:
-    label: clicked
-    timestamp: ts
-    id: request_id
-    sparse: [{{name: user_id, buckets: 2000}}, {{name: item_id, buckets: 2000}}, {{name: category, buckets: 64}}]
-    dense: [price, age]
-  model: {{embedding_dim: 8, memory_tower: [32, 16], adapt_tower: [16, 8]}}
-  training: {{mode: mtrm, batch_size: 64, learning_rate: 0.01, sparse_learning_rate: 0.1, priority: {{history: 1.0, realtime: 4.0}}}}
-  storage: {{root: "s3://{bucket}/jobs", database: "{database}"}}
-  resources:
-    backend: local
-    roles:
-      trainer: {{replicas: 1, cpu: 1, memory: 1Gi}}
-      stream_executor: {{replicas: 2}}
-  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}
-"""
+
+def spec_text(bucket: str, bootstrap: str, topic: str, database: str) -> str:
+    """The tiny job over S3 (its data and its state) and a Kafka topic, its ledger in PostgreSQL."""
+    streams = [batch_stream(f"s3://{bucket}/data", lag="1h"), kafka_stream(bootstrap, topic)]
+    storage = {"root": f"s3://{bucket}/jobs", "database": database}
+    roles = {**ROLES, "stream_executor": {"replicas": 2}}
+    doc = job_doc("nothing-shared", hours=HOURS, streams=streams, storage=storage, roles=roles, batch_size=BATCH)
+    return job_yaml(doc)
+
 
 # One Airflow task's engine calls, as the operators in plugins/primus_operators/operators/ make them.
 PLAN = """
@@ -182,10 +157,8 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
     s3 = s3_server.filesystem()
     s3.create_dir(bucket)
     topic = kafka_broker.new_topic(partitions=4, prefix="events")
-    spec_text = SPEC.format(
-        hours=HOURS, bucket=bucket, bootstrap=kafka_broker.bootstrap, topic=topic,
-        database=postgres_server.create_database("share_nothing"),
-    )  # fmt: skip
+    database = postgres_server.create_database("share_nothing")
+    text = spec_text(bucket, kafka_broker.bootstrap, topic, database)
 
     # The test itself is the outside world: it writes the batch partitions to S3 and produces
     # the stream to Kafka (window by window, below).
@@ -211,7 +184,7 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
     # The trainer's sample log is the test's own observation channel (not state the roles
     # share): both trainer incarnations append to it, so it lives outside their private dirs.
     log = tmp_path / "trained-ids.log"
-    roles = Roles(spec_text, env, tmp_path)
+    roles = Roles(text, env, tmp_path)
 
     def executor(index: int) -> subprocess.Popen:
         args = ["-m", "primus_lib.cli.main", "executor", "job.yaml", "--index", str(index), "--replicas", "2"]

@@ -21,6 +21,7 @@ def test_every_preset_is_a_valid_job_and_survives_its_yaml(tmp_path):
     for doc in (job_doc(), airflow_doc(), demo_doc()):
         job = load(doc, ENV)
         assert load_job(write_spec(tmp_path / f"{job.name}.yaml", doc), ENV) == job
+        assert load_job(write_spec(tmp_path / "again.yaml", job), {}) == job  # a loaded job, as validated
 
 
 def test_keywords_change_what_they_name_and_nothing_else():

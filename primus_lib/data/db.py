@@ -175,7 +175,7 @@ def database_url(location: Location) -> URL:
     """A path -> the SQLite URL of that file; a URL string -> the parsed URL."""
     if isinstance(location, URL):
         return location
-    if isinstance(location, Path) or "://" not in location:
+    if "://" not in str(location):  # a path: a SQLite file
         return URL.create("sqlite", database=str(Path(location).absolute()))
     try:
         return make_url(location)
@@ -185,9 +185,9 @@ def database_url(location: Location) -> URL:
 
 def as_location(location: Location) -> Path | URL:
     """A SQLite path as a Path, anything else as a parsed URL (whose str and repr mask the password)."""
-    if isinstance(location, Path) or (isinstance(location, str) and "://" not in location):
-        return Path(location)
-    return database_url(location)
+    if isinstance(location, URL) or "://" in str(location):
+        return database_url(location)
+    return Path(location)
 
 
 def describe(url: URL) -> str:

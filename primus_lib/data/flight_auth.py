@@ -19,21 +19,19 @@ refuses; a client refused re-reads it before its next try. So both settle on the
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import logging
-import os
 import secrets
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.flight as flight
 
+from primus_lib.storage import StorageLocation, Where, locate
+
 if TYPE_CHECKING:
     from primus_lib.resources.discovery import ExecutorDiscovery
-    from primus_lib.storage import StorageLocation
 
 HEADER, SCHEME = "authorization", "Bearer "
 REFRESH_SECONDS = 2.0
@@ -45,8 +43,8 @@ class Credential:
     """The token stored at ``where`` (a local path or a shared-storage location), read once and
     kept; made there on first use unless ``create`` is False (a mounted Secret)."""
 
-    def __init__(self, where: Path | StorageLocation, create: bool = True):
-        self.where, self.create = where, create
+    def __init__(self, where: Where, create: bool = True):
+        self.where, self.create = locate(where), create
         self._token: str | None = None
         self._read_at = float("-inf")
         self._lock = threading.Lock()
@@ -72,7 +70,7 @@ class Credential:
         if text is None:
             if not self.create:
                 raise FileNotFoundError(f"no Flight token at {self.where}: the pod lacks the job's Secret")
-            _create(self.where, secrets.token_urlsafe(32))
+            self.where.put_if_absent(secrets.token_urlsafe(32).encode())  # another's, made first, stands
             text = _read(self.where) or ""
         token = text.strip()
         if len(token) < MIN_LENGTH:
@@ -90,28 +88,11 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def _read(where) -> str | None:
+def _read(where: StorageLocation) -> str | None:
     try:
         return where.read_text()
     except FileNotFoundError:
         return None
-
-
-def _create(where, token: str) -> None:
-    """Store ``token`` at ``where`` unless a token is there already (locally: exclusive, 0600)."""
-    if not isinstance(where, Path):
-        where.put_atomic(token.encode())
-        return
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = where.parent / f".{where.name}.{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(token)
-        with contextlib.suppress(FileExistsError):  # another process made it first: theirs stands
-            os.link(tmp, where)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def call_headers(token: str | None) -> list[tuple[bytes, bytes]]:

@@ -1,37 +1,32 @@
-"""Committed training shards of one window: Arrow IPC files plus a manifest, made visible
-atomically (a reader sees a whole window or none of it).
+"""Committed training shards of one window: Arrow IPC files plus a manifest, committed by the
+store's one protocol (``primus_lib.storage.commit``): a reader sees a whole window or none of it.
 
-Readers only trust directories that hold ``manifest.json``. On a local disk the writer builds
-the window in a hidden sibling directory and renames it into place in one step. On S3 or
-WebHDFS (a ``primus_lib.storage.StorageLocation``: object stores have no rename) it writes the
-parts under names unique to this writer, then the manifest LAST (one PUT); a reader accepts a
+The writer puts the parts under names unique to it (``part-NNNNN-<nonce>.arrow``), durable, then
+``manifest.json`` LAST and atomically, on the local disk as on S3 or HDFS. A reader accepts a
 window only when the manifest exists and every part it names has the recorded size, and checks
-each part's sha256 as it reads it. A killed writer leaves orphan parts that no manifest names:
-never read, removed by ``sweep_orphans`` once older than ``ORPHAN_AGE_SECONDS`` (a re-run of
-the window sweeps them).
+each part's sha256 as it reads it. A writer that fails removes its parts; a killed one leaves parts
+no manifest names: never read, removed by ``sweep_orphans`` once older than
+``ORPHAN_AGE_SECONDS`` (a retried task may write the same window at the same time: younger parts
+may be a live writer's), which every commit of the window runs. Windows written before the
+protocol (parts ``part-NNNNN.arrow`` in a directory renamed into place) read the same way.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 
-from primus_lib.durable import fsync_path, ipc_bytes, write_ipc_digest
-from primus_lib.storage import StorageLocation, locate, unique_name
+from primus_lib.durable import write_ipc
+from primus_lib.storage import Part, Parts, Where, locate, read_part, sweep
+from primus_lib.storage import verify as verify_parts
 
 MANIFEST = "manifest.json"
 ORPHAN_AGE_SECONDS = 3600.0  # a part no manifest names, this old, belongs to a dead writer
-Where = Path | StorageLocation | str
 
 
 @dataclass(frozen=True)
@@ -76,37 +71,20 @@ def write_window(
     existing = read_manifest(directory)
     if existing is not None:
         return existing
-    if isinstance(directory, StorageLocation):
-        return _write_remote(directory, table, stream, window, seed, rows_per_shard, extra)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex}"
-    staging.mkdir()
-    try:
-        # shard i's fsync (a wait on the disk, not CPU) runs on an I/O thread while shard i+1 is encoded
-        with ThreadPoolExecutor(max(1, pa.io_thread_count()), thread_name_prefix="primus-fsync") as syncs:
+    with Parts(directory) as parts:
 
-            def write(job: tuple[int, pa.Table]) -> tuple[ShardInfo, Future]:
-                shard = _write_local(staging, *job)
-                return shard, syncs.submit(fsync_path, staging / shard.file)
+        def write(job: tuple[int, pa.Table]) -> ShardInfo:
+            index, part = job
+            name = parts.name(f"part-{index:05d}", ".arrow")
+            with parts.writer(name) as out:
+                write_ipc(out, part)
+            return ShardInfo(name, part.num_rows, out.digest.hexdigest(), out.size)
 
-            written = _map(write, _parts(table, rows_per_shard))
-            shards = [shard for shard, synced in written if synced.result() is None]
+        shards = _map(write, _parts(table, rows_per_shard))
         manifest = Manifest(stream, window, table.num_rows, seed, shards, extra or {})
-        (staging / MANIFEST).write_text(manifest.to_json())
-        fsync_path(staging / MANIFEST)  # the commit point's content must reach the disk before the rename
-        fsync_path(staging)
-        try:
-            os.rename(staging, directory)
-        except OSError:
-            if read_manifest(directory) is None:  # lost a race with nobody: a real error
-                raise
-            shutil.rmtree(staging, ignore_errors=True)
-            return read_manifest(directory)  # type: ignore[return-value]
-        fsync_path(directory.parent)
-        return manifest
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        parts.commit(MANIFEST, manifest.to_json().encode())
+    sweep_orphans(directory)
+    return manifest
 
 
 def _parts(table: pa.Table, rows_per_shard: int) -> list[tuple[int, pa.Table]]:
@@ -114,8 +92,8 @@ def _parts(table: pa.Table, rows_per_shard: int) -> list[tuple[int, pa.Table]]:
 
 
 def _map(fn, items: list) -> list:
-    """``fn`` over ``items`` in order, on ``pa.cpu_count()`` threads (IPC encoding, sha256, write and
-    fsync all release the GIL), so an executor allotted N cores commits on N."""
+    """``fn`` over ``items`` in order, on ``pa.cpu_count()`` threads (IPC encoding, sha256 and the
+    write release the GIL), so an executor allotted N cores commits on N."""
     threads = min(pa.cpu_count(), len(items))
     if threads <= 1:
         return [fn(item) for item in items]
@@ -123,68 +101,26 @@ def _map(fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
-def _write_local(staging: Path, index: int, part: pa.Table) -> ShardInfo:
-    """One shard's bytes written (not yet fsynced: the caller does) and described."""
-    name = f"part-{index:05d}.arrow"
-    digest = hashlib.sha256()
-    size = write_ipc_digest(staging / name, part, digest)  # the bytes of ipc_bytes(part), hashed as written
-    return ShardInfo(name, part.num_rows, digest.hexdigest(), size)
-
-
-def _write_remote(directory: StorageLocation, table: pa.Table, stream: str, window: str, seed: int,
-                  rows_per_shard: int, extra: dict | None) -> Manifest:  # fmt: skip
-    sweep_orphans(directory)
-    shards = []
-    for index, offset in enumerate(range(0, max(table.num_rows, 1), rows_per_shard)):
-        part = table.slice(offset, rows_per_shard)
-        data = ipc_bytes(part)
-        name = unique_name(f"part-{index:05d}", ".arrow")
-        (directory / name).write_bytes(data)
-        shards.append(ShardInfo(name, part.num_rows, hashlib.sha256(data).hexdigest(), len(data)))
-    manifest = Manifest(stream, window, table.num_rows, seed, shards, extra or {})
-    (directory / MANIFEST).put_atomic(manifest.to_json().encode())  # the commit point, last
-    return manifest
-
-
 def sweep_orphans(directory: Where, min_age: float = ORPHAN_AGE_SECONDS) -> int:
-    """Delete parts of a remote window that its manifest does not name and that are older than
-    ``min_age`` seconds (a live writer's parts are younger); returns how many."""
+    """Delete what of a window no committed manifest names and is older than ``min_age`` seconds
+    (a live writer's parts are younger); returns how many."""
     directory = locate(directory)
-    if not isinstance(directory, StorageLocation):
-        return 0
     manifest = read_manifest(directory, verify=False)
     named = {s.file for s in manifest.shards} if manifest else set()
-    now, removed = time.time(), 0
-    for entry in directory.list():
-        if entry.is_dir or entry.name == MANIFEST or entry.name in named:
-            continue
-        if entry.mtime is not None and now - entry.mtime < min_age:
-            continue
-        (directory / entry.name).delete()
-        removed += 1
-    return removed
+    return sweep(directory, named | {MANIFEST}, time.time() - min_age)
 
 
 def read_manifest(directory: Where, verify: bool = True) -> Manifest | None:
-    """The window's manifest, None when it is not committed. On remote storage ``verify`` also
-    requires every part the manifest names to exist with its recorded size."""
+    """The window's manifest, None when it is not committed; ``verify`` also requires every part
+    the manifest names to exist with its recorded size."""
     directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        try:
-            manifest = Manifest.from_json((directory / MANIFEST).read_text())
-        except FileNotFoundError:
-            return None
-        if verify:
-            sizes = {e.name: e.size for e in directory.list() if not e.is_dir}
-            for shard in manifest.shards:
-                if sizes.get(shard.file) != shard.size:
-                    raise ValueError(f"{directory}: committed part {shard.file} is missing or has the wrong size")
-        return manifest
-    path = Path(directory) / MANIFEST
     try:
-        return Manifest.from_json(path.read_text())
+        manifest = Manifest.from_json((directory / MANIFEST).read_text())
     except FileNotFoundError:
         return None
+    if verify:
+        verify_parts(directory, {s.file: s.size for s in manifest.shards}, MANIFEST)
+    return manifest
 
 
 def read_window(directory: Where) -> pa.Table:
@@ -202,12 +138,6 @@ def iter_window(directory: Where, start_shard: int = 0) -> Iterator[pa.Table]:
 
 
 def read_shard(directory: Where, shard: ShardInfo) -> pa.Table:
-    """One committed shard: memory-mapped on a local disk, fetched and checksummed remotely."""
-    directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        data = (directory / shard.file).read_bytes()
-        if hashlib.sha256(data).hexdigest() != shard.sha256:
-            raise ValueError(f"{directory / shard.file}: sha256 does not match the manifest")
-        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
-    with pa.memory_map(str(Path(directory) / shard.file)) as source:
-        return pa.ipc.open_file(source).read_all()
+    """One committed shard, its size and sha256 checked (memory-mapped on the local disk)."""
+    data = read_part(locate(directory), Part(shard.file, shard.size, shard.sha256), MANIFEST)
+    return pa.ipc.open_file(data).read_all()

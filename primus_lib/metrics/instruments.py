@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start
 
 from primus_lib.metrics import names as n
 from primus_lib.resources.proctree import rss, tree
+from primus_lib.storage import Where, locate
 
 _LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
 
@@ -26,17 +27,14 @@ def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry = REGI
     return start_http_server(port, addr=addr, registry=registry)
 
 
-def write_snapshot(directory, name: str, registry: CollectorRegistry = REGISTRY) -> None:
+def write_snapshot(directory: Where, name: str, registry: CollectorRegistry = REGISTRY) -> None:
     """Write ``registry`` to ``directory/<name>.prom`` atomically (Prometheus text format): how a
     process without an HTTP endpoint reports to the scaler (primus_lib.metrics.readers.TextfileReader).
-    Call it every few seconds; the job's directory is ``JobPaths.for_job(job).metrics_dir``."""
-    from pathlib import Path
+    Call it every few seconds; the job's directory is ``JobPaths.for_job(job).metrics_dir``. Not
+    fsynced: a snapshot is advisory and replaced seconds later."""
+    from prometheus_client import generate_latest
 
-    from prometheus_client import write_to_textfile
-
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(target / f"{name}.prom"), registry)
+    (locate(directory) / f"{name}.prom").put_atomic(generate_latest(registry), durable=False)
 
 
 def _gauge(registry: CollectorRegistry, name: str, doc: str) -> Gauge:

@@ -9,13 +9,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import requests
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from primus_lib.metrics import names as n
-from primus_lib.storage import StorageLocation, locate
+from primus_lib.storage import StorageLocation, Where, locate
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ class TextfileReader(RegistryReader):
     trainers on other hosts PUT their snapshots there). Files older than ``stale_seconds`` (a dead
     worker's last words) are ignored."""
 
-    def __init__(self, job: str, directory: str | Path | StorageLocation, role: str = "data_executor",
+    def __init__(self, job: str, directory: Where, role: str = "data_executor",
                  stale_seconds: float = 300.0) -> None:  # fmt: skip
         super().__init__(job, role)
         self.directory, self.stale_seconds = locate(directory), stale_seconds
@@ -122,34 +121,21 @@ class TextfileReader(RegistryReader):
             yield from text_string_to_metric_families(text)
 
 
-def has_snapshots(directory: str | Path | StorageLocation) -> bool:
-    """Whether ``directory`` (local or shared storage) holds any ``*.prom`` snapshot."""
-    where = locate(directory)
-    if isinstance(where, StorageLocation):
-        return any(e.name.endswith(".prom") and not e.is_dir for e in where.list())
-    return where.is_dir() and any(where.glob("*.prom"))
+def has_snapshots(directory: Where) -> bool:
+    """Whether ``directory`` (the job's metrics location) holds any ``*.prom`` snapshot."""
+    return any(e.name.endswith(".prom") and not e.is_dir for e in locate(directory).list())
 
 
-def _fresh_snapshots(where: Path | StorageLocation, since: float) -> Iterator[str]:
-    """The text of each snapshot modified after ``since``, in name order; one replaced or removed
-    between the listing and the read is skipped."""
-    if isinstance(where, StorageLocation):
-        for entry in where.list():
-            if entry.is_dir or not entry.name.endswith(".prom") or (entry.mtime is not None and entry.mtime < since):
-                continue
-            try:
-                yield (where / entry.name).read_text()
-            except FileNotFoundError:
-                continue
-        return
-    for path in sorted(where.glob("*.prom")):
-        try:
-            if path.stat().st_mtime < since:
-                continue
-            text = path.read_text()
-        except FileNotFoundError:  # replaced between listing and reading
+def _fresh_snapshots(where: StorageLocation, since: float) -> Iterator[str]:
+    """The text of each snapshot modified after ``since``, in name order; one removed between the
+    listing and the read is skipped."""
+    for entry in where.list():
+        if entry.is_dir or not entry.name.endswith(".prom") or (entry.mtime is not None and entry.mtime < since):
             continue
-        yield text
+        try:
+            yield (where / entry.name).read_text()
+        except FileNotFoundError:
+            continue
 
 
 class PrometheusReader(MetricsReader):

@@ -2,8 +2,8 @@
 seconds (never per row), old snapshots pruned, an optional /metrics endpoint, and no metrics
 failure ever reaching the training or data task that reports (metrics are advisory).
 
-With a remote storage root (``JobPaths.metrics_dir`` a ``primus_lib.storage.StorageLocation``)
-each snapshot is one PUT of the Prometheus text (whole or absent, never torn)."""
+Each snapshot is put atomically (whole or absent, never torn) into ``JobPaths.metrics_dir``, a
+``primus_lib.storage`` location: the job's directory or its remote root."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import serve, write_snapshot
 from primus_lib.settings import settings
-from primus_lib.storage import StorageLocation, locate
+from primus_lib.storage import Where, locate
 
 log = logging.getLogger("primus.metrics")
 
@@ -46,41 +45,26 @@ def guarded(what: str, fn: Callable[[], object]) -> None:
 _warned: set[str] = set()
 
 
-def prune_stale(directory: Path | StorageLocation, max_age: float = 2 * STALE_SECONDS) -> int:
+def prune_stale(directory: Where, max_age: float = 2 * STALE_SECONDS) -> int:
     """Remove snapshots older than ``max_age`` (the readers ignore them anyway); returns how many."""
     removed, now = 0, time.time()
     directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        for entry in directory.list():
-            if entry.name.endswith(".prom") and entry.mtime is not None and now - entry.mtime > max_age:
-                (directory / entry.name).delete()
-                removed += 1
-        return removed
-    for path in Path(directory).glob("*.prom"):
-        try:
-            if now - path.stat().st_mtime > max_age:
-                path.unlink()
-                removed += 1
-        except FileNotFoundError:
-            continue
+    for entry in directory.list():
+        if entry.name.endswith(".prom") and entry.mtime is not None and now - entry.mtime > max_age:
+            (directory / entry.name).delete()
+            removed += 1
     return removed
 
 
-def write_snapshot_to(directory: Path | StorageLocation, name: str, registry: CollectorRegistry) -> None:
-    """Write ``registry`` to ``directory/<name>.prom``, local (temp file + rename) or remote (one PUT)."""
-    directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        from prometheus_client import generate_latest
-
-        (directory / f"{name}.prom").put_atomic(generate_latest(registry))
-    else:
-        write_snapshot(directory, name, registry)
+def write_snapshot_to(directory: Where, name: str, registry: CollectorRegistry) -> None:
+    """Write ``registry`` to ``directory/<name>.prom`` atomically."""
+    write_snapshot(directory, name, registry)
 
 
 class SnapshotWriter:
     """Writes ``registry`` to ``directory/<name>.prom`` at most once per ``every`` seconds."""
 
-    def __init__(self, directory: Path | StorageLocation, name: str, registry: CollectorRegistry,
+    def __init__(self, directory: Where, name: str, registry: CollectorRegistry,
                  every: float = SNAPSHOT_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.directory, self.name, self.registry = locate(directory), name, registry
         self.every, self.clock = every, clock
@@ -90,7 +74,7 @@ class SnapshotWriter:
         return self.clock() - self.last >= self.every
 
     def write(self) -> None:
-        """Write now (atomically: prometheus-client writes a temp file and renames it; one PUT remotely)."""
+        """Write now (atomically)."""
         self.last = self.clock()
         guarded(f"snapshot {self.name}", self._write)
 

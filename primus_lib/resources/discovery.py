@@ -37,15 +37,12 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from primus_lib.paths import JobPaths
 from primus_lib.resources.table import write_json
 from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
-
-if TYPE_CHECKING:
-    from primus_lib.storage import StorageLocation
+from primus_lib.storage import Where, locate
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,7 @@ class TokenFile:
     """Where the job's Flight token is: made there on first use, unless ``create`` is False (a
     mounted Secret)."""
 
-    where: Path | StorageLocation
+    where: Where
     create: bool = True
 
 
@@ -159,10 +156,8 @@ def advertised(location: str) -> str:
 class SharedStateDiscovery(ExecutorDiscovery):
     """Entries under the job's shared state, kept fresh by a heartbeat thread in each executor."""
 
-    def __init__(self, directory, heartbeat: float = HEARTBEAT_SECONDS, stale: float = STALE_SECONDS):
-        from primus_lib.storage import locate
-
-        self.directory = locate(directory)  # a StorageLocation (remote) or a local Path
+    def __init__(self, directory: Where, heartbeat: float = HEARTBEAT_SECONDS, stale: float = STALE_SECONDS):
+        self.directory = locate(directory)
         self.token = TokenFile(self.directory.parent / TOKEN_NAME)
         self.heartbeat, self.stale = heartbeat, stale
         self._beats: dict[int, tuple[threading.Event, threading.Thread]] = {}
@@ -172,14 +167,8 @@ class SharedStateDiscovery(ExecutorDiscovery):
         return cls(JobPaths.for_job(job).state / "executors" / stream)
 
     def _put(self, index: int, body: dict) -> None:
-        from primus_lib.durable import atomic_write
-        from primus_lib.storage import StorageLocation
-
-        target = self.directory / f"{index}.json"
-        if isinstance(target, StorageLocation):
-            target.put_atomic(json.dumps(body).encode())
-        else:
-            atomic_write(target, json.dumps(body))
+        # not fsynced: a registry entry is stale seconds after a crash anyway
+        (self.directory / f"{index}.json").put_atomic(json.dumps(body).encode(), durable=False)
 
     def register(self, index: int, location: str, info: dict) -> None:
         now = time.time()
@@ -204,18 +193,11 @@ class SharedStateDiscovery(ExecutorDiscovery):
         if stop is not None:
             stop.set()
             thread.join(self.heartbeat + 30)
-        target = self.directory / f"{index}.json"
-        if isinstance(target, Path):
-            target.unlink(missing_ok=True)
-        else:
-            target.delete()
+        (self.directory / f"{index}.json").delete()
 
     def entries(self) -> dict[int, dict]:
         """Index -> entry of the executors whose heartbeat is fresh."""
-        if isinstance(self.directory, Path):
-            names = [p.name for p in self.directory.glob("*.json")] if self.directory.is_dir() else []
-        else:
-            names = [e.name for e in self.directory.list() if not e.is_dir]
+        names = [e.name for e in self.directory.list() if not e.is_dir]
         out, now = {}, time.time()
         for name in sorted(n for n in names if n.endswith(".json") and not n.startswith(".")):
             try:

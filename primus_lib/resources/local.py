@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
-from primus_lib.credentials import current, mount
+from primus_lib.credentials import current, mount, private_directory
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.table import alive, identity, locked, read_json, resources_dir, write_json
 from primus_lib.settings import child_environment
@@ -31,17 +32,22 @@ class LocalBackend(ResourceBackend):
             if alive(read_json(self.dir / "supervisor.json")):
                 return self.status()  # reattach: never a second supervisor
             self._kill_orphans()
+            _remove_secrets(read_json(self.dir / "supervisor.json"))
             write_json(self.dir / "job.json", _without_password(self.job))
             write_json(self.dir / "desired.json", {"spec_path": self.spec_path, "stop": False, "roles": {}})
             (self.dir / "table.json").unlink(missing_ok=True)
-            env = child_environment(**self._mount_connections())
+            secrets = private_directory(self.job.name)
+            env = child_environment(**mount(current(), self.job.connection_ids(), secrets))
             log = open(self.dir / "supervisor.log", "ab")
             try:
                 proc = subprocess.Popen([sys.executable, "-m", "primus_lib.resources.supervisor", str(self.dir)],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
+            except BaseException:
+                shutil.rmtree(secrets, ignore_errors=True)
+                raise
             finally:
                 log.close()
-            write_json(self.dir / "supervisor.json", identity(proc.pid))
+            write_json(self.dir / "supervisor.json", {**identity(proc.pid), "secrets": str(secrets)})
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if (self.dir / "table.json").exists():
@@ -53,12 +59,6 @@ class LocalBackend(ResourceBackend):
         raise ResourceError(
             f"job {self.job.name!r}: local supervisor wrote no process table in {START_TIMEOUT_SECONDS}s"
         )
-
-    def _mount_connections(self) -> dict[str, str]:
-        """The job's connections, as this process resolves them (its secret files, or Airflow's
-        connections in a task), written as the roles' secret files (0600 under a 0700 directory
-        beside the process table): a role on this host reads them as from a mounted Secret."""
-        return mount(current(), self.job.connection_ids(), self.dir / "connections")
 
     def status(self) -> JobStatus:
         table = read_json(self.dir / "table.json")
@@ -108,6 +108,7 @@ class LocalBackend(ResourceBackend):
         if alive(supervisor):
             os.kill(int(supervisor["pid"]), signal.SIGTERM)
         self._kill_orphans()
+        _remove_secrets(supervisor)
 
     # -- helpers ----------------------------------------------------------------------------
     def _edit(self, role: str, **change) -> None:
@@ -125,6 +126,12 @@ class LocalBackend(ResourceBackend):
                         os.killpg(int(row["pid"]), signal.SIGKILL)
                     except (ProcessLookupError, PermissionError):
                         pass
+
+
+def _remove_secrets(supervisor: dict | None) -> None:
+    """The roles' secret files (``credentials.private_directory``) go with the supervisor's workers."""
+    if supervisor and supervisor.get("secrets"):
+        shutil.rmtree(supervisor["secrets"], ignore_errors=True)
 
 
 def _without_password(job) -> dict:

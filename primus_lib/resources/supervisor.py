@@ -1,8 +1,8 @@
 """The local backend's supervisor: one detached process per job that starts the roles in order,
 restarts failed workers, enforces their limits (``primus_lib.resources.limits``: thread counts in the
-environment, pinned cores, a cgroup v2 memory.max/cpu.max where the machine allows, and in any case an
-RSS over the limit killed like a cgroup OOM kill), applies scale/resize requests and writes the
-process table.
+environment, pinned cores, a cgroup v2 memory.max/cpu.max where the machine allows, else a cgroup v1
+CPU quota where that is (``cpu_quota``), and in any case an RSS over the limit killed like a cgroup
+OOM kill), applies scale/resize requests and writes the process table.
 
 Run as ``python -m primus_lib.resources.supervisor RESOURCES_DIR``.
 """
@@ -23,10 +23,10 @@ from primus_lib.metrics.names import OOM_KILLS
 from primus_lib.paths import JobPaths
 from primus_lib.resources import limits
 from primus_lib.resources import roles as role_rules
+from primus_lib.resources.cpu_quota import CpuQuota, v1_cpu_parent
 from primus_lib.resources.table import identity, read_json, write_json
-from primus_lib.settings import child_environment
+from primus_lib.settings import child_environment, settings
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import is_remote
 
 POLL_SECONDS = 0.25
 METRICS_SECONDS = 30.0
@@ -45,14 +45,16 @@ class Worker:
     cpu_percent: float = 0.0
     cores: list[int] = field(default_factory=list)  # pinned to (the CPU allotment)
     cgroup: str = ""  # its cgroup v2 directory, where the machine allows one
+    cpu_quota: str = ""  # its cgroup v1 cpu directory, where v2 caps no CPU and v1 can
     _ps: psutil.Process | None = None
     _group: limits.Cgroup | None = None
+    _quota: CpuQuota | None = None
 
     def row(self) -> dict:
         ident = identity(self.proc.pid) if self.proc and self.state == "running" and self.proc.poll() is None else {}
         return {"index": self.index, "state": self.state, "exit_code": self.exit_code, "restarts": self.restarts,
                 "oom_kills": self.oom_kills, "rss": self.rss, "cpu_percent": self.cpu_percent,
-                "cores": self.cores, "cgroup": self.cgroup, **ident}  # fmt: skip
+                "cores": self.cores, "cgroup": self.cgroup, "cpu_quota": self.cpu_quota, **ident}  # fmt: skip
 
 
 @dataclass
@@ -187,7 +189,27 @@ class Supervisor:
         self.confine(role, worker)
 
     def confine(self, role: Role, worker: Worker) -> None:
-        """The worker's own cgroup (memory.max, cpu.max) where cgroup v2 allows; else the RSS check in account()."""
+        """The worker's own cgroup (memory.max, cpu.max) where cgroup v2 allows; else the RSS check in
+        account(); its CPU capped through cgroup v1 where v2 gave it no cpu.max."""
+        self.confine_v2(role, worker)
+        if worker._group is None or not (worker._group.path / "cpu.max").exists():
+            self.cap_cpu(role, worker)
+
+    def cap_cpu(self, role: Role, worker: Worker) -> None:
+        """A fractional allotment as a cgroup v1 quota (whole cores are what ``pin_cores`` gives: a
+        cgroup there would only weigh the worker's threads as one task's share under contention)."""
+        parent, _ = v1_cpu_parent(settings().cgroup or "")
+        if parent is None or float(role.cpu).is_integer():
+            return
+        try:
+            quota = CpuQuota.make(parent, f"primus-{self.job.name}-{role.name}-{worker.index}", role.cpu)
+            quota.add(worker.proc.pid)
+        except OSError as exc:
+            self.message = f"role {role.name!r} worker {worker.index}: no cgroup v1 CPU quota under {parent}: {exc}"
+            return
+        worker._quota, worker.cpu_quota = quota, str(quota.path)
+
+    def confine_v2(self, role: Role, worker: Worker) -> None:
         parent, _ = limits.cgroup_parent()
         if parent is None:
             return
@@ -201,7 +223,10 @@ class Supervisor:
         worker._group, worker.cgroup = group, str(group.path)
 
     def release_cgroup(self, worker: Worker) -> bool:
-        """Remove the worker's cgroup; True if the kernel OOM-killed in it."""
+        """Remove the worker's cgroups; True if the kernel OOM-killed in it."""
+        if worker._quota is not None:
+            worker._quota.remove()
+            worker._quota, worker.cpu_quota = None, ""
         group, worker._group, worker.cgroup = worker._group, None, ""
         if group is None:
             return False
@@ -309,14 +334,8 @@ class Supervisor:
         lines = [f"# HELP {OOM_KILLS} OOM kills of this executor", f"# TYPE {OOM_KILLS} counter"]
         for role, index, count in rows:
             lines.append(f'{OOM_KILLS}{{primus_job="{self.job.name}",role="{role}",worker="{index}"}} {float(count)}')
-        target = JobPaths.for_job(self.job).metrics_dir
-        if is_remote(target):  # an s3:// or webhdfs:// storage root: one PUT, never half a file
-            (target / "supervisor.prom").put_atomic(("\n".join(lines) + "\n").encode("utf-8"))
-            return
-        target.mkdir(parents=True, exist_ok=True)
-        tmp = target / ".supervisor.prom.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, target / "supervisor.prom")
+        snapshot = JobPaths.for_job(self.job).metrics_dir / "supervisor.prom"
+        snapshot.put_atomic(("\n".join(lines) + "\n").encode("utf-8"), durable=False)
 
     def write(self) -> None:
         self.write_metrics()

@@ -13,9 +13,11 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   ``STREAM_LAG_MIN_ROWS``. A trainer starved by a source that only trickles waits at the live
   edge whatever the number of executors; more of them would idle (Ray's autoscaler adds nodes
   for pending demand only). Batch data executors keep the rule above. Stream executors caught up
-  with the source (lag under ``STREAM_LAG_MIN_ROWS``) are removed one at a time while the others
-  would still run below ``STREAM_IDLE_CPU`` of their cores (Ray removes idle nodes): a source-bound
-  stream never back-pressures the trainer, so the rule below would keep a surge's executors forever;
+  with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under ``STREAM_BUSY_CPU`` are removed
+  down to as many as their work needs at that load, at least one per decision, at most ``step`` of
+  the pool: a source-bound stream never back-pressures the trainer, so the rule below would keep a
+  surge's executors forever; removing one at a time while the rest would idle at half load kept two
+  where one sufficed (the work of 0.7 executor after a surge: 4 -> 3 -> 2, then held);
 - remove only while the trainers back-pressure (the buffers are full, executors idle) and none
   is starved, at a quarter of the pace of adding (buffers lag the change).
 
@@ -46,7 +48,12 @@ STREAM_ROLE = "stream_executor"
 # stream executors with this many Kafka rows unread (summed) are behind the source: a full default
 # poll (``primus executor --poll-rows``) waits; at the live edge they lag by about rate x 0.2 s
 STREAM_LAG_MIN_ROWS = 4096
-STREAM_IDLE_CPU = 0.5  # caught-up stream executors: remove one while n - 1 of them would use at most half their cores
+# caught-up stream executors: keep as many as would run their current work at most this busy (the
+# rest is headroom for the source's jitter; a surge is caught by the lag rule, not by idle cores)
+STREAM_BUSY_CPU = 0.85
+# stream executors behind Kafka at this share of their cores or more cannot go faster: the backlog
+# grows or drains slowly whatever the trainer's wait reads, so they grow by the whole ``step``
+STREAM_SATURATED_CPU = 0.9
 
 
 class HorizontalPolicy(ScalingPolicy):
@@ -78,12 +85,18 @@ class HorizontalPolicy(ScalingPolicy):
         lag = ctx.snapshot.stream_lag
         return lag is not None and lag >= STREAM_LAG_MIN_ROWS
 
-    def _idle_at_source(self, ctx: PolicyContext) -> bool:
-        """Stream executors caught up with Kafka whose work fits in one executor fewer, at half load."""
+    def _surplus_at_source(self, ctx: PolicyContext) -> int:
+        """Stream executors caught up with Kafka and under ``STREAM_BUSY_CPU``: how many to remove.
+        Down to as many as would run their current work at that load, and at least one: an executor's
+        fixed cost (its polls, Flight calls, metrics) is paid by each, so n executors read busier than
+        their rows make them and fewer would do the same work with less; a removal too many shows as
+        lag, which adds one back. At most ``step`` of the pool."""
         s, a = ctx.snapshot, ctx.allocation
-        return (a.role == STREAM_ROLE and s.stream_lag is not None and s.stream_lag < STREAM_LAG_MIN_ROWS
-                and a.replicas > a.min_replicas and not self._starting(ctx)
-                and s.cpu * a.replicas <= STREAM_IDLE_CPU * (a.replicas - 1))  # fmt: skip
+        if (a.role != STREAM_ROLE or s.stream_lag is None or s.stream_lag >= STREAM_LAG_MIN_ROWS
+                or self._starting(ctx) or s.cpu >= STREAM_BUSY_CPU):  # fmt: skip
+            return 0
+        keep = max(a.min_replicas, min(a.replicas - 1, math.ceil(s.cpu * a.replicas / STREAM_BUSY_CPU - 1e-9)))
+        return max(0, min(a.replicas - keep, max(1, math.floor(a.replicas * self.spec.step))))
 
     def _starting(self, ctx: PolicyContext) -> bool:
         """Executors asked for earlier do not report yet: their effect is still to come."""
@@ -101,10 +114,15 @@ class HorizontalPolicy(ScalingPolicy):
     # -- sizes ------------------------------------------------------------------------------
     def _up_by(self, ctx: PolicyContext) -> int:
         """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s), plus
-        the HEADROOM a scale-down keeps (so the two agree on the target and buffers refill)."""
+        the HEADROOM a scale-down keeps (so the two agree on the target and buffers refill).
+        Saturated stream executors behind Kafka: the whole step (a backlog in Kafka is demand the
+        trainer's wait, which also counts batch windows and the executors' buffers, understates)."""
         n, s = ctx.allocation.replicas, min(ctx.snapshot.trainer_starved, 0.9)
+        cap = math.ceil(n * self.spec.step)
+        if ctx.allocation.role == STREAM_ROLE and ctx.snapshot.cpu >= STREAM_SATURATED_CPU:
+            return cap
         wanted = math.ceil(n / (1.0 - s) * (1 + HEADROOM)) - n
-        return max(1, min(wanted, math.ceil(n * self.spec.step)))
+        return max(1, min(wanted, cap))
 
     def _down_by(self, ctx: PolicyContext, load: float) -> int:
         """Back-pressured executors are throttled: each uses cpu x cores now, and could use the peak
@@ -143,9 +161,11 @@ class HorizontalPolicy(ScalingPolicy):
             reason = f"L_u {load:.3f} > {self.spec.threshold} and no trainer starved"
             return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
                             at=ctx.now)  # fmt: skip
-        if self._idle_at_source(ctx):
-            reason = (f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) and "
-                      f"{alloc.replicas - 1} would use under {STREAM_IDLE_CPU:.0%} of their cores")  # fmt: skip
-            return Decision(self.name, "scale_down", alloc.role, replicas=alloc.replicas - 1, reason=reason,
-                            inputs=inputs, at=ctx.now)  # fmt: skip
+        surplus = self._surplus_at_source(ctx)
+        if surplus:
+            target = alloc.replicas - surplus
+            reason = (f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) at "
+                      f"{ctx.snapshot.cpu:.0%} CPU, under {STREAM_BUSY_CPU:.0%}: {target} can serve it")  # fmt: skip
+            return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
+                            at=ctx.now)  # fmt: skip
         return None

@@ -11,65 +11,54 @@ webhdfs://, so scaler runs on different workers share cooldowns and history):
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from primus_lib.allocation import record_allocation, role_resources
-from primus_lib.resources.table import read_json, write_json
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.units import format_cpu, format_memory
-from primus_lib.storage import StorageLocation
+from primus_lib.storage import Where, locate
 
 STATE_FILE, DECISIONS_FILE = "state.json", "decisions.jsonl"
 
 
 class ScalingStore:
-    def __init__(self, directory: Path | StorageLocation | None) -> None:
-        self.dir = directory
+    """One role's scaling state under ``directory`` (None: in memory only). Each file is replaced
+    whole with ``put_atomic``; decisions.jsonl too (no append on an object store: the scaler is its
+    one writer)."""
+
+    def __init__(self, directory: Where | None) -> None:
+        self.dir = locate(directory) if directory is not None else None
         self._memory_state: dict[str, Any] = {}
 
     def load(self) -> dict[str, Any]:
         if self.dir is None:
             return self._memory_state
-        if isinstance(self.dir, StorageLocation):
-            text = self._read_remote(STATE_FILE)
+        text = self._read(STATE_FILE)
+        try:
             return json.loads(text) if text else {}
-        return read_json(self.dir / STATE_FILE, {})
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{self.dir / STATE_FILE}: not valid JSON ({exc})") from exc
 
     def save(self, state: dict[str, Any]) -> None:
         if self.dir is None:
             self._memory_state = state
             return
-        if isinstance(self.dir, StorageLocation):
-            (self.dir / STATE_FILE).put_atomic(json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
-            return
-        write_json(self.dir / STATE_FILE, state)
+        (self.dir / STATE_FILE).put_atomic(json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
 
     def record(self, decision: dict[str, Any]) -> None:
         if self.dir is None:
             return
         line = json.dumps(decision, sort_keys=True) + "\n"
-        if isinstance(self.dir, StorageLocation):  # no append on an object store: the scaler is the one writer
-            (self.dir / DECISIONS_FILE).put_atomic((self._read_remote(DECISIONS_FILE) + line).encode("utf-8"))
-            return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / DECISIONS_FILE, "a") as handle:
-            handle.write(line)
+        (self.dir / DECISIONS_FILE).put_atomic((self._read(DECISIONS_FILE) + line).encode("utf-8"))
 
     def decisions(self) -> list[dict[str, Any]]:
         if self.dir is None:
             return []
-        if isinstance(self.dir, StorageLocation):
-            text = self._read_remote(DECISIONS_FILE)
-        elif (self.dir / DECISIONS_FILE).exists():
-            text = (self.dir / DECISIONS_FILE).read_text()
-        else:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line]
+        return [json.loads(line) for line in self._read(DECISIONS_FILE).splitlines() if line]
 
-    def _read_remote(self, name: str) -> str:
+    def _read(self, name: str) -> str:
         try:
-            return (self.dir / name).read_text()
+            return (self.dir / name).read_text()  # type: ignore[operator]
         except FileNotFoundError:
             return ""
 

@@ -61,19 +61,15 @@ def test_trainer_trigger_times_out_naming_the_missing_window(tmp_path: Path):
 def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_path: Path, monkeypatch):
     """A failed job never consumes the window: the deferred task must end with the job's error
     (found when a scheduler-run DAG's train tasks stayed deferred after the trainer gave up)."""
-    import yaml
-
     from primus_lib.resources import backend_for, job_failure
-    from tests.resources.conftest import make_job as make_resource_job
+    from tests.fixtures.specs import demo_doc, load, write_spec
     from tests.resources.conftest import py
 
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    job = make_resource_job(
-        {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
-    )
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True)))
+    roles = {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
+    job = load(demo_doc(roles=roles), check=False)
+    spec = write_spec(tmp_path / "job.yaml", job)
     backend = backend_for(job, str(spec))
     assert job_failure(str(spec)) is None  # nothing started yet: not failed
     backend.submit()

@@ -1,39 +1,15 @@
-"""Tiny demo-layout data and job specs for the data-plane tests."""
+"""Tiny demo-layout data for the data-plane tests (their specs: tests/fixtures/specs.py, demo_doc)."""
 
 from __future__ import annotations
 
-import copy
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
-from primus_lib.spec.loader import job_from_document
-
-DEMO = Path(__file__).resolve().parents[2] / "config" / "jobs" / "ctr-demo.yaml"
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-def job_doc(data_uri: str, *, hours: int = 3, bootstrap: str = "127.0.0.1:19092", topic: str = "ctr-events") -> dict:
-    doc = yaml.safe_load(DEMO.read_text())
-    doc = copy.deepcopy(doc)
-    doc["spec"]["timer"]["end"] = (T0 + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    batch = doc["spec"]["dataset"]["streams"][0]
-    batch["sources"][0]["uri"] = data_uri.rstrip("/") + "/impressions/{YYYY}{MM}{DD}/{HH}/"
-    batch["sources"][1]["uri"] = data_uri.rstrip("/") + "/clicks/{YYYY}{MM}{DD}/{HH}/"
-    batch["rows_per_shard"] = 100
-    stream = doc["spec"]["dataset"]["streams"][1]
-    stream["sources"][0]["kafka"].update(bootstrap_servers=bootstrap, topic=topic)
-    return doc
-
-
-def make_job(doc: dict, tmp_path: Path):
-    doc = copy.deepcopy(doc)
-    doc["spec"]["storage"] = {"root": str(tmp_path / "jobs")}
-    return job_from_document(doc, env={})
+from tests.fixtures.specs import T0
 
 
 def impressions(hour: datetime, rows: int, seed: int, part: int = 0) -> pa.Table:

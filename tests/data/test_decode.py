@@ -8,14 +8,14 @@ import pytest
 
 from primus_lib.data.schema import hash_buckets
 from primus_lib.data.sources.decode import DecodeError, decode, to_epoch_ms
-from tests.data.helpers import job_doc, make_job
+from tests.fixtures.specs import demo_doc, load
 
 MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 
 
 @pytest.fixture
 def job(tmp_path):
-    return make_job(job_doc(f"file://{tmp_path}/data"), tmp_path)
+    return load(demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100), storage=tmp_path / "jobs")
 
 
 @pytest.mark.parametrize(

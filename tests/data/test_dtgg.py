@@ -24,7 +24,8 @@ from primus_lib.data.dtgg.ops import DataSourceOp
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.sources.files import read_task
 from primus_lib.paths import JobPaths
-from tests.data.helpers import T0, impressions, job_doc, make_job, write_layout
+from tests.data.helpers import T0, impressions, write_layout
+from tests.fixtures.specs import demo_doc, load, write_spec
 
 
 @pytest.fixture
@@ -34,10 +35,10 @@ def layout(tmp_path):
 
 
 def _job(tmp_path, hours=6, **source_overrides):
-    doc = job_doc(f"file://{tmp_path}/data", hours=hours)
+    doc = demo_doc(f"file://{tmp_path}/data", hours=hours, rows_per_shard=100)
     for source in doc["spec"]["dataset"]["streams"][0]["sources"]:
         source.update(source_overrides)
-    return make_job(doc, tmp_path)
+    return load(doc, storage=tmp_path / "jobs")
 
 
 def test_dtgg_plans_the_same_tasks_as_the_naive_planner_with_fewer_listings(layout):
@@ -129,9 +130,7 @@ def test_data_task_round_trips_through_json():
 
 
 def test_timer_is_endless_for_an_open_range(tmp_path):
-    doc = job_doc(f"file://{tmp_path}/data")
-    del doc["spec"]["timer"]["end"]
-    job = make_job(doc, tmp_path)
+    job = load(demo_doc(f"file://{tmp_path}/data", hours=None, rows_per_shard=100), storage=tmp_path / "jobs")
     starts = list(itertools.islice(timer_op.windows(job), 1000))
     assert starts[0] == T0 and starts[-1] == T0 + timedelta(hours=999)
     assert list(timer_op.windows(job, T0 + timedelta(minutes=30), T0 + timedelta(hours=3))) == [
@@ -151,7 +150,7 @@ def test_on_hdfs_every_partition_is_listed_once_and_threads_do_not_change_the_pl
     base = f"/dtgg-{uuid.uuid4().hex[:8]}/data"
     hdfs_cluster.put(tmp_path / "local", base)
     hdfs_cluster.write_bytes(f"{base}/clicks/20261101/01/_temporary/0/part-9.parquet", b"partial")
-    job = make_job(job_doc(hdfs_cluster.uri(base), hours=4), tmp_path)
+    job = load(demo_doc(hdfs_cluster.uri(base), hours=4, rows_per_shard=100), storage=tmp_path / "jobs")
     naive = [p.tasks for p in naive_plan(job, "history")]
     planners = {n: Planner(job, "history", threads=n, ledger=False) for n in (1, 3, 8)}
     plans = {n: [p.tasks for p in planner.plan()] for n, planner in planners.items()}
@@ -171,12 +170,8 @@ def test_listing_threads_default_to_four_whatever_the_environment_says(layout, m
 def test_plan_cli_prints_json(layout, capsys, monkeypatch):
     from primus_lib.cli.main import main
 
-    spec = layout / "job.yaml"
-    import yaml
-
-    doc = job_doc(f"file://{layout}/data", hours=6)
-    doc["spec"]["storage"] = {"root": str(layout / "jobs")}
-    spec.write_text(yaml.safe_dump(doc))
+    doc = demo_doc(f"file://{layout}/data", hours=6, rows_per_shard=100, storage={"root": str(layout / "jobs")})
+    spec = write_spec(layout / "job.yaml", doc)
     code = main(["plan", str(spec), "--start", "2026-11-01T01:00:00Z", "--end", "2026-11-01T03:00:00Z", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -301,7 +296,9 @@ def test_naive_planner_lists_through_dtggs_client(hdfs_cluster, tmp_path):
     hdfs_cluster.put(tmp_path / "local", base)
     proxy = HttpLatencyProxy(hdfs_cluster.port, 0.0)
     try:
-        job = make_job(job_doc(f"webhdfs://127.0.0.1:{proxy.port}{base}", hours=3), tmp_path)
+        job = load(
+            demo_doc(f"webhdfs://127.0.0.1:{proxy.port}{base}", hours=3, rows_per_shard=100), storage=tmp_path / "jobs"
+        )
         counted = []
         for plan in (
             lambda: naive_plan(job, "history"),
@@ -332,7 +329,7 @@ def test_naive_and_dtgg_plan_the_same_on_s3_through_the_latency_proxy(s3_env, tm
         secret = Path(os.environ["PRIMUS_SECRETS_DIR"]) / "primus_storage_default.json"  # the s3_env connection
         connection = json.loads(secret.read_text())
         secret.write_text(json.dumps({**connection, "extra": {"endpoint_url": f"http://127.0.0.1:{proxy.port}"}}))
-        job = make_job(job_doc(f"s3://{bucket}/data", hours=2), tmp_path)
+        job = load(demo_doc(f"s3://{bucket}/data", hours=2, rows_per_shard=100), storage=tmp_path / "jobs")
         naive = [p.tasks for p in naive_plan(job, "history")]
         naive_requests = proxy.requests
         dtgg = [p.tasks for p in Planner(job, "history", threads=2, ledger=False).plan()]

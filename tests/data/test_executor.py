@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from primus_lib.data.dtgg import Planner, plan_source
 from primus_lib.data.executor import (
@@ -31,7 +30,8 @@ from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.shards import read_manifest, read_window
 from primus_lib.data.training_queue import OutOfOrderWindow, TrainingQueue
 from primus_lib.paths import JobPaths
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
+from tests.fixtures.specs import demo_doc, load, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,10 +42,8 @@ def data(tmp_path):
     return tmp_path / "data", counts
 
 
-def _job(data_dir: Path, home: Path, **stream):
-    doc = job_doc(f"file://{data_dir}", hours=3)
-    doc["spec"]["dataset"]["streams"][0].update(stream)
-    return make_job(doc, home)
+def _job(data_dir: Path, home: Path):
+    return load(demo_doc(f"file://{data_dir}", hours=3, rows_per_shard=100), storage=home / "jobs")
 
 
 def _impressions(data_dir: Path, hour: int) -> pa.Table:
@@ -110,7 +108,7 @@ def test_airflow_calls_one_by_one_and_sink_order(data, tmp_path):
     torn = Path(outputs[0].path)
     torn.write_bytes(torn.read_bytes()[:100])  # a host crash tore the (not fsynced) staged file
     assert execute_task(job, plan_source(job, "history", "impressions", w1)[0]) == outputs[0]  # staged again
-    assert Path(outputs[0].path) == staging_path(job, plan_source(job, "history", "impressions", w1)[0])
+    assert outputs[0].path == str(staging_path(job, plan_source(job, "history", "impressions", w1)[0]))
     manifest = join_window(job, "history", w1)
     assert manifest.rows == 450
     queued = sink_window(job, "history", w1)
@@ -143,14 +141,14 @@ def test_csv_and_jsonl_sources(tmp_path):
 
     pacsv.write_csv(table.slice(0, 20), hour / "a.csv")
     (hour / "b.jsonl").write_text("\n".join(json.dumps(r) for r in table.slice(20).to_pylist()) + "\n")
-    doc = job_doc(f"file://{data_dir}", hours=1)
+    doc = demo_doc(f"file://{data_dir}", hours=1, rows_per_shard=100)
     doc["spec"]["dataset"]["streams"][0]["sources"][0].update(format="csv", file_pattern="*.csv")
     extra = dict(
         doc["spec"]["dataset"]["streams"][0]["sources"][0], name="more", format="jsonl", file_pattern="*.jsonl"
     )
     doc["spec"]["dataset"]["streams"][0]["sources"].insert(1, extra)
     doc["spec"]["dataset"]["streams"][0]["join"]["how"] = "left"
-    job = make_job(doc, tmp_path)
+    job = load(doc, storage=tmp_path / "jobs")
     tasks = [t for s in ("impressions", "more") for t in plan_source(job, "history", s, T0)]
     assert [t.format for t in tasks] == ["csv", "jsonl"]
     assert sum(execute_task(job, t).rows for t in tasks) == 40
@@ -159,16 +157,15 @@ def test_csv_and_jsonl_sources(tmp_path):
 def test_killed_executor_tasks_are_redone_with_identical_output(data, tmp_path):
     data_dir, _ = data
     home = tmp_path / "killed"
-    doc = job_doc(f"file://{data_dir}", hours=3)
-    doc["spec"]["storage"] = {"root": str(home / "jobs")}
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(doc))
+    doc = demo_doc(f"file://{data_dir}", hours=3, rows_per_shard=100, storage={"root": str(home / "jobs")})
+    spec = write_spec(tmp_path / "job.yaml", doc)
     from primus_lib.spec import load_job
 
     job = load_job(spec)
     list(Planner(job, "history").plan())  # 3 windows x 6 tasks in the ledger
     script = f"""
 import sys, time
+from pathlib import Path
 sys.path.insert(0, {str(ROOT)!r})
 from primus_lib.spec import load_job
 from primus_lib.data.executor import batch
@@ -178,7 +175,7 @@ real = batch.execute_task
 done = []
 def slow(job, task):
     if len(done) >= 4:  # die while writing the 5th task: a torn temp file is all it leaves
-        path = staging_path(job, task)
+        path = Path(staging_path(job, task))  # a local job: the OS path of its location
         path.parent.mkdir(parents=True, exist_ok=True)
         path.with_name("." + path.name + ".tmp-dead").write_bytes(b"ARROW1 torn")
         print("stuck", flush=True)

@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from primus_lib.data import flight_auth
@@ -33,8 +32,8 @@ from primus_lib.data.flight_auth import Credential, credential_for
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.resources.discovery import TOKEN_NAME, LocalDiscovery
 from primus_lib.spec import load_job
-from tests.data.helpers import job_doc
 from tests.data.test_replay import _events
+from tests.fixtures.specs import DEMO_ROLES, demo_doc, kafka_stream, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ("seek", "commit", "assign", "ack", "stats", "lag", "partitions")
@@ -93,14 +92,12 @@ def test_leased_rows_count_against_the_capacity_and_come_back_in_order_unless_ac
 
 # -- real executors --------------------------------------------------------------------------------
 def _spec(tmp_path: Path, broker, topic: str, name: str = "ctr-demo") -> Path:
-    doc = job_doc(f"file://{tmp_path}/data", bootstrap=broker.bootstrap, topic=topic)
-    doc["metadata"]["name"] = name
-    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id=f"g-{topic}")
-    doc["spec"]["storage"] = {"root": str(tmp_path / "jobs")}
-    doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": 1}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    stream = kafka_stream(broker.bootstrap, topic, group_id=f"g-{topic}")
+    roles, storage = {**DEMO_ROLES, "stream_executor": {"replicas": 1}}, {"root": str(tmp_path / "jobs")}
+    doc = demo_doc(
+        f"file://{tmp_path}/data", hours=3, rows_per_shard=100, name=name, stream=stream, roles=roles, storage=storage
+    )
+    return write_spec(tmp_path / f"{name}.yaml", doc)
 
 
 def _produce(broker, topic: str, n: int) -> list[str]:

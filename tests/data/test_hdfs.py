@@ -17,8 +17,9 @@ from primus_lib.data.dtgg import PartitionNotReady, Planner, source_ready
 from primus_lib.data.executor import run_window
 from primus_lib.data.sources.files import read_raw
 from primus_lib.filesystems import resolve
-from tests.data.helpers import T0, clicks, impressions, job_doc, make_job, write_layout
+from tests.data.helpers import T0, clicks, impressions, write_layout
 from tests.fixtures import connections
+from tests.fixtures.specs import demo_doc, load
 
 
 def _upload(hdfs_cluster, tmp_path: Path, **layout) -> tuple[Path, str, str]:
@@ -33,7 +34,7 @@ def _upload(hdfs_cluster, tmp_path: Path, **layout) -> tuple[Path, str, str]:
 def test_a_window_on_hdfs_plans_with_one_listing_and_matches_the_local_bytes(hdfs_cluster, tmp_path):
     local, uri, base = _upload(hdfs_cluster, tmp_path, hours=3, rows=120, files=2)
     assert hdfs_cluster.ls(f"{base}/impressions/20261101/00") == ["_SUCCESS", "part-000.parquet", "part-001.parquet"]
-    job = make_job(job_doc(uri, hours=3), tmp_path / "hdfsjob")
+    job = load(demo_doc(uri, hours=3, rows_per_shard=100), storage=tmp_path / "hdfsjob" / "jobs")
     planner = Planner(job, "history", threads=2, ledger=False)
     plans = list(planner.plan())
     assert [len(p.tasks) for p in plans] == [4, 4, 4]
@@ -42,7 +43,11 @@ def test_a_window_on_hdfs_plans_with_one_listing_and_matches_the_local_bytes(hdf
     assert first.uri == f"{uri}/impressions/20261101/00/part-000.parquet"
     assert first.size == (local / "impressions/20261101/00/part-000.parquet").stat().st_size
     on_hdfs = run_window(job, "history", T0).manifest
-    on_disk = run_window(make_job(job_doc(f"file://{local}", hours=3), tmp_path / "localjob"), "history", T0).manifest
+    on_disk = run_window(
+        load(demo_doc(f"file://{local}", hours=3, rows_per_shard=100), storage=tmp_path / "localjob" / "jobs"),
+        "history",
+        T0,
+    ).manifest
     assert on_hdfs.rows == 240
     assert [s.sha256 for s in on_hdfs.shards] == [s.sha256 for s in on_disk.shards]
 
@@ -55,7 +60,7 @@ def test_success_markers_and_bookkeeping_files_on_hdfs(hdfs_cluster, tmp_path):
     # What HDFS writers leave around a partition: a job's _temporary dir, checksum files.
     hdfs_cluster.write_bytes(f"{base}/impressions/20261101/00/_temporary/0/part-9.parquet", b"partial")
     hdfs_cluster.write_bytes(f"{base}/impressions/20261101/00/.part-000.parquet.crc", b"crc")
-    job = make_job(job_doc(uri, hours=3), tmp_path / "hdfsjob")
+    job = load(demo_doc(uri, hours=3, rows_per_shard=100), storage=tmp_path / "hdfsjob" / "jobs")
 
     ready, missing = source_ready(job, "history", "clicks", T0 + timedelta(hours=2))
     assert not ready and f"{uri}/clicks/20261101/02/" in missing and "'_SUCCESS' not found" in missing
@@ -80,10 +85,10 @@ def test_parquet_byte_range_splits_read_every_row_group_once(hdfs_cluster, tmp_p
     hdfs_cluster.put(tmp_path / "clicks.parquet", f"{base}/clicks/20261101/00/part-000.parquet")
     for source in ("impressions", "clicks"):
         hdfs_cluster.write_bytes(f"{base}/{source}/20261101/00/_SUCCESS", b"")
-    doc = job_doc(hdfs_cluster.uri(base), hours=1)
+    doc = demo_doc(hdfs_cluster.uri(base), hours=1, rows_per_shard=100)
     size = local.stat().st_size
     doc["spec"]["dataset"]["streams"][0]["sources"][0]["split_bytes"] = size // 5
-    job = make_job(doc, tmp_path / "splitjob")
+    job = load(doc, storage=tmp_path / "splitjob" / "jobs")
 
     (plan,) = Planner(job, "history", ledger=False).plan()
     splits = plan.by_source("impressions")
@@ -103,7 +108,9 @@ def test_the_namenode_and_user_come_from_the_default_connection_not_the_environm
     monkeypatch.setenv("PRIMUS_WEBHDFS_URL", "http://127.0.0.1:1")  # no longer read
     monkeypatch.setenv("HADOOP_USER_NAME", "env-user")
     connections.webhdfs_user(monkeypatch, tmp_path / "secrets", "etl", hdfs_cluster.webhdfs_url)
-    job = make_job(job_doc(f"webhdfs://{base}", hours=1), tmp_path / "envjob")  # webhdfs:///t-.../data
+    job = load(
+        demo_doc(f"webhdfs://{base}", hours=1, rows_per_shard=100), storage=tmp_path / "envjob" / "jobs"
+    )  # webhdfs:///t-.../data
     (plan,) = Planner(job, "history", ledger=False).plan()
     assert plan.tasks[0].uri == f"{uri}/impressions/20261101/00/part-000.parquet"  # tasks name the NameNode
     location = resolve(f"webhdfs://{base}")
@@ -126,6 +133,6 @@ def test_hdfs_scheme_needs_libhdfs_and_says_so(hdfs_cluster):
 
 
 def test_unreachable_namenode_is_an_error_not_a_missing_partition(tmp_path):
-    job = make_job(job_doc("webhdfs://127.0.0.1:1/data", hours=1), tmp_path)
+    job = load(demo_doc("webhdfs://127.0.0.1:1/data", hours=1, rows_per_shard=100), storage=tmp_path / "jobs")
     with pytest.raises(OSError, match="127.0.0.1"):
         list(Planner(job, "history", threads=1, ledger=False).plan())

@@ -18,7 +18,8 @@ from primus_lib.data.schema import hash_buckets
 from primus_lib.data.shards import read_window
 from primus_lib.data.sources.decode import hash_ids
 from primus_lib.paths import JobPaths, window_id
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
+from tests.fixtures.specs import demo_doc, load
 
 MASK = (1 << 64) - 1
 
@@ -79,7 +80,7 @@ def test_shuffle_equals_one_take_of_the_whole_table_in_single_chunks():
 
 def test_stage_timings_are_reported_for_the_real_pipeline(tmp_path):
     write_layout(tmp_path / "data", hours=1, rows=50, files=2)
-    job = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=1), tmp_path)
+    job = load(demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100), storage=tmp_path / "jobs")
     timings: dict[str, float] = {}
     for source in ("impressions", "clicks"):
         for task in plan_source(job, "history", source, T0):
@@ -139,7 +140,9 @@ def test_a_window_commits_the_same_bytes_at_any_thread_count(tmp_path, threads, 
     """The joined view gathers the shuffled rows straight from the staged inputs (one chunk or
     many, columns on several threads): the shards equal shuffle(join) of the same inputs."""
     write_layout(tmp_path / "data", hours=1, rows=300, files=files)
-    job = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=1), tmp_path / f"j{threads}")
+    job = load(
+        demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100), storage=tmp_path / f"j{threads}" / "jobs"
+    )
     with arrow_threads(threads):
         run_tasks(job)
         inputs = {
@@ -175,11 +178,11 @@ def test_the_left_side_gathered_during_the_join_gives_the_one_thread_bytes(tmp_p
     if repeat:
         clk = pq.read_table(data / "clicks" / hour)
         pq.write_table(pa.concat_tables([clk, clk.slice(0, 1)]), data / "clicks" / hour)
-    doc = job_doc(f"file://{data}", hours=1)
+    doc = demo_doc(f"file://{data}", hours=1, rows_per_shard=100)
     doc["spec"]["features"]["id"] = sample_id
     runs = {}
     for threads in (1, 2):
-        job = make_job(doc, tmp_path / f"j{threads}")
+        job = load(doc, storage=tmp_path / f"j{threads}" / "jobs")
         with arrow_threads(threads):
             run_tasks(job)
             manifest = join_window(job, "history", T0)

@@ -14,16 +14,18 @@ from primus_lib.data.executor.stream import StreamGroup
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.sources import open_partitions, open_stream
 from primus_lib.paths import JobPaths
-from tests.data.helpers import T0, job_doc, make_job
+from tests.data.helpers import T0
 from tests.data.test_replay import _events
+from tests.fixtures.specs import demo_doc, kafka_stream, load
 
 pytestmark = pytest.mark.integration
 
 
 def _job(tmp_path, broker, topic, **kafka):
-    doc = job_doc(f"file://{tmp_path}/data", bootstrap=broker.bootstrap, topic=topic)
-    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(kafka)
-    return make_job(doc, tmp_path)
+    stream = kafka_stream(broker.bootstrap, topic, **kafka)
+    return load(
+        demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100, stream=stream), storage=tmp_path / "jobs"
+    )
 
 
 def _drain(reader, want: int, timeout: float = 20.0) -> list:

@@ -21,8 +21,9 @@ from primus_lib.data.db import DatabaseError, dispose
 from primus_lib.data.ledger import SUCCEEDED, TaskLedger
 from primus_lib.data.task import DataTask
 from primus_lib.data.training_queue import TrainingQueue
-from tests.data.helpers import T0, job_doc, write_layout
+from tests.data.helpers import T0, write_layout
 from tests.fixtures._proc import free_port
+from tests.fixtures.specs import demo_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 _SPAWNED: list[subprocess.Popen] = []
@@ -239,16 +240,14 @@ def test_a_forked_child_uses_its_own_connections(pg_url):
 def test_a_job_with_a_database_keeps_its_ledger_and_queue_there(postgres_server, tmp_path):
     from primus_lib.data.executor.batch import run_window
     from primus_lib.paths import JobPaths
-    from primus_lib.spec.loader import job_from_document
+    from tests.fixtures.specs import load
 
     write_layout(tmp_path / "data", hours=1, rows=50, files=2)
     url = postgres_server.create_database("ledger_job")
-    doc = job_doc(f"file://{tmp_path / 'data'}", hours=1)
-    doc["spec"]["storage"] = {
-        "root": str(tmp_path / "jobs"),
-        "database": url.replace(f":{postgres_server.password}@", ":${PRIMUS_TEST_DB_PASSWORD}@"),
-    }
-    job = job_from_document(doc, env={"PRIMUS_TEST_DB_PASSWORD": postgres_server.password})
+    database = url.replace(f":{postgres_server.password}@", ":${PRIMUS_TEST_DB_PASSWORD}@")
+    storage = {"root": str(tmp_path / "jobs"), "database": database}
+    doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100, storage=storage)
+    job = load(doc, env={"PRIMUS_TEST_DB_PASSWORD": postgres_server.password})
     paths = JobPaths.for_job(job)
     secret = postgres_server.password
     shown = [repr(job.spec.storage), str(job.spec.storage), repr(paths), str(paths.ledger), repr(paths.ledger)]

@@ -26,8 +26,9 @@ from primus_lib.spec.errors import SpecError
 from primus_lib.spec.loader import job_from_document
 from primus_lib.storage import StorageLocation, locate
 from primus_lib.train.checkpoint.store import COMMIT, load_latest, save_checkpoint
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
 from tests.fixtures import connections
+from tests.fixtures.specs import demo_doc, load
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +48,8 @@ def _table(rows: int = 250) -> pa.Table:
 
 def test_spec_root_on_s3_puts_windows_checkpoints_and_metrics_there(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    doc = job_doc(f"file://{tmp_path / 'data'}")
-    doc["spec"]["storage"] = {"root": "s3://state/jobs"}
-    paths = JobPaths.for_job(job_from_document(doc, env={}))
+    doc = demo_doc(f"file://{tmp_path / 'data'}", hours=3, rows_per_shard=100, storage={"root": "s3://state/jobs"})
+    paths = JobPaths.for_job(load(doc, env={}))
     assert str(paths.window_dir("history", T0)) == "s3://state/jobs/ctr-demo/windows/history/20261101T000000Z"
     assert str(paths.checkpoints) == "s3://state/jobs/ctr-demo/trainer/checkpoints"
     assert str(paths.metrics_dir) == "s3://state/jobs/ctr-demo/metrics"
@@ -63,8 +63,8 @@ def test_spec_root_on_s3_puts_windows_checkpoints_and_metrics_there(tmp_path, mo
 def test_window_committed_to_s3_reads_back_identical_to_a_local_commit(s3_env, bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     write_layout(tmp_path / "data", hours=1, rows=120, files=2)
-    doc = job_doc(f"file://{tmp_path / 'data'}", hours=1)
-    local = run_window(make_job(doc, tmp_path / "local"), "history", T0).manifest
+    doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100)
+    local = run_window(load(doc, storage=tmp_path / "local" / "jobs"), "history", T0).manifest
     doc["spec"]["storage"] = {"root": f"s3://{bucket}/jobs"}
     job = job_from_document(doc, env={})
     result = run_window(job, "history", T0)
@@ -72,7 +72,7 @@ def test_window_committed_to_s3_reads_back_identical_to_a_local_commit(s3_env, b
     assert isinstance(directory, StorageLocation) and result.queued.path == str(directory)
     assert [s.sha256 for s in result.manifest.shards] == [s.sha256 for s in local.shards]
     assert result.manifest.rows == local.rows == 240
-    local_dir = JobPaths.for_job(make_job(doc, tmp_path / "local")).window_dir("history", T0)
+    local_dir = JobPaths.for_job(load(doc, storage=tmp_path / "local" / "jobs")).window_dir("history", T0)
     assert read_window(directory).equals(read_window(local_dir))
     assert read_window(locate(str(directory))).equals(read_window(local_dir))  # by URI, as the queue records it
 

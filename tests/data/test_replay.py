@@ -7,7 +7,8 @@ import pytest
 
 from primus_lib.data.sources import open_stream
 from primus_lib.paths import JobPaths
-from tests.data.helpers import T0, impressions, job_doc, make_job
+from tests.data.helpers import T0, impressions
+from tests.fixtures.specs import demo_doc, load, replay_stream
 
 
 def _events(n: int, seed: int = 3) -> list[dict]:
@@ -19,9 +20,8 @@ def _events(n: int, seed: int = 3) -> list[dict]:
 
 
 def _replay_job(tmp_path, uri: str, fmt: str = "jsonl"):
-    doc = job_doc(f"file://{tmp_path}/data")
-    doc["spec"]["dataset"]["streams"][1]["sources"][0] = {"name": "events", "uri": uri, "format": fmt}
-    return make_job(doc, tmp_path)
+    doc = demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100, stream=replay_stream(uri, format=fmt))
+    return load(doc, storage=tmp_path / "jobs")
 
 
 def test_replay_serves_events_in_event_time_order_and_dead_letters_bad_lines(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 
 from primus_lib.data.dtgg import PartitionNotReady, Planner, source_ready
 from primus_lib.data.executor import run_window
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
+from tests.fixtures.specs import demo_doc, load
 
 pytestmark = pytest.mark.integration
 
@@ -31,21 +32,25 @@ def s3_layout(s3_env, tmp_path):
 
 def test_s3_window_plans_with_one_listing_and_matches_local_bytes(s3_layout, tmp_path):
     local, uri, fs, bucket = s3_layout
-    job = make_job(job_doc(uri, hours=3), tmp_path / "s3job")
+    job = load(demo_doc(uri, hours=3, rows_per_shard=100), storage=tmp_path / "s3job" / "jobs")
     planner = Planner(job, "history", threads=2, ledger=False)
     plans = list(planner.plan())
     assert [len(p.tasks) for p in plans] == [4, 4, 4]
     assert planner.listings == 5  # data/ and its 2 sources (pruning), then one walk per source's day
     assert plans[0].tasks[0].uri == f"{uri}/impressions/20261101/00/part-000.parquet"
     on_s3 = run_window(job, "history", T0).manifest
-    on_disk = run_window(make_job(job_doc(f"file://{local}", hours=3), tmp_path / "localjob"), "history", T0).manifest
+    on_disk = run_window(
+        load(demo_doc(f"file://{local}", hours=3, rows_per_shard=100), storage=tmp_path / "localjob" / "jobs"),
+        "history",
+        T0,
+    ).manifest
     assert on_s3.rows == 240 and [s.sha256 for s in on_s3.shards] == [s.sha256 for s in on_disk.shards]
 
 
 def test_s3_missing_marker_and_bad_credentials(s3_layout, tmp_path, monkeypatch):
     _, uri, fs, bucket = s3_layout
     fs.delete_file(f"{bucket}/data/clicks/20261101/02/_SUCCESS")
-    job = make_job(job_doc(uri, hours=3), tmp_path / "s3job")
+    job = load(demo_doc(uri, hours=3, rows_per_shard=100), storage=tmp_path / "s3job" / "jobs")
     ready, missing = source_ready(job, "history", "clicks", T0 + timedelta(hours=2))
     assert not ready and f"{uri}/clicks/20261101/02/" in missing
     with pytest.raises(PartitionNotReady, match="clicks/20261101/02/ incomplete or late"):
@@ -76,9 +81,9 @@ def test_credentials_given_to_the_factory_are_used_instead_of_the_default_connec
         resolve(uri).fs.get_file_info(selector)  # the default connection's settings reach nothing
     names = {info.base_name for info in resolve(uri, server).fs.get_file_info(selector)}
     assert "_SUCCESS" in names
-    doc = job_doc(uri, hours=3)
+    doc = demo_doc(uri, hours=3, rows_per_shard=100)
     doc["spec"]["dataset"]["streams"][0]["sources"][1]["connection_id"] = "clicks_s3"
-    job = make_job(doc, tmp_path / "s3job")
+    job = load(doc, storage=tmp_path / "s3job" / "jobs")
     assert source_ready(job, "history", "clicks", T0 + timedelta(hours=2), {"clicks_s3": server}) == (True, None)
     assert s3_env.secret_key not in repr(server)  # kept out of reprs (and so of logs)
     with pytest.raises(ValueError, match="WebHdfsCredentials, expected S3Credentials"):

@@ -13,7 +13,6 @@ import sys
 import time
 
 import pytest
-import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from primus_lib.data.flight_client import ExecutorStreamReader
@@ -21,9 +20,9 @@ from primus_lib.metrics import names as n
 from primus_lib.paths import JobPaths
 from primus_lib.resources.discovery import LocalDiscovery
 from primus_lib.spec import load_job
-from tests.data.helpers import job_doc
 from tests.data.test_replay import _events
 from tests.fixtures._proc import wait_for_line
+from tests.fixtures.specs import DEMO_ROLES, demo_doc, kafka_stream, write_spec
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -55,13 +54,16 @@ def executors():
             proc.wait()
 
 
-def _spec(tmp_path, broker, topic, replicas=2):
-    doc = job_doc(f"file://{tmp_path}/data", bootstrap=broker.bootstrap, topic=topic)
-    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id=f"g-{topic}")
-    doc["spec"]["storage"] = {"root": str(tmp_path / "jobs")}
-    doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": replicas}
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
+def _spec(tmp_path, broker, topic, replicas=2, *, roles=None, shuffle=None, startup="earliest", name="ctr-demo"):
+    """The demo job reading ``topic`` (a consumer group of its own) through ``replicas`` stream
+    executors; ``roles``: other roles; ``shuffle`` and ``startup``: the stream's."""
+    stream = kafka_stream(broker.bootstrap, topic, startup=startup, group_id=f"g-{topic}")
+    stream.update({"shuffle": shuffle} if shuffle else {})
+    roles = {**DEMO_ROLES, "stream_executor": {"replicas": replicas}, **(roles or {})}
+    storage = {"root": str(tmp_path / "jobs")}
+    data = f"file://{tmp_path}/data"
+    doc = demo_doc(data, hours=3, rows_per_shard=100, stream=stream, roles=roles, storage=storage, name=name)
+    path = write_spec(tmp_path / "job.yaml", doc)
     return path, load_job(path, env={})
 
 
@@ -259,11 +261,13 @@ def test_the_trainer_trains_from_executors_and_commits_after_its_checkpoints(
     from primus_lib.cli.main import main
     from primus_lib.train.runtime.feeds import stream_readers
     from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
-    from tests.train.conftest import kafka_spec
+    from tests.fixtures.specs import ROLES, job_doc
+    from tests.train.conftest import write_job
 
     topic = kafka_broker.new_topic(partitions=2, prefix="ctr")
-    spec = kafka_spec(tmp_path, monkeypatch, kafka_broker, topic, mode="online")
-    spec.write_text(spec.read_text().replace("    roles:\n", "    roles:\n      stream_executor: {replicas: 2}\n"))
+    roles = {"stream_executor": {"replicas": 2}, **ROLES}
+    doc = job_doc(hours=2, lag="1h", stream=kafka_stream(kafka_broker.bootstrap, topic), mode="online", roles=roles)
+    spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "2", "--kafka", kafka_broker.bootstrap]) == 0
     events = (tmp_path / "data" / "stream" / "events.jsonl").read_text().splitlines()
     capsys.readouterr()
@@ -288,13 +292,9 @@ def test_the_local_backend_starts_the_executors_by_default(kafka_broker, tmp_pat
 
     topic = kafka_broker.new_topic(partitions=3)
     produced = _produce(kafka_broker, topic, 900, 3, seed=8)
-    spec, job = _spec(tmp_path, kafka_broker, topic)
-    doc = yaml.safe_load(spec.read_text())
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
-    roles = doc["spec"]["resources"]["roles"]
-    roles.update(stream_executor={"replicas": 2}, trainer={"command": sleep}, data_executor={"replicas": 1})
-    spec.write_text(yaml.safe_dump(doc))
-    job = load_job(spec, env={})
+    roles = {"trainer": {"command": sleep}, "data_executor": {"replicas": 1}}
+    spec, job = _spec(tmp_path, kafka_broker, topic, roles=roles)
     backend = backend_for(job, str(spec))
     backend.submit()
     discovery = LocalDiscovery.for_stream(job, "realtime")

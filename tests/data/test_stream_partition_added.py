@@ -10,13 +10,11 @@ import json
 import time
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.data.sources.kafka import PARTITION_CHECK_S
 from primus_lib.resources.discovery import LocalDiscovery
-from primus_lib.spec import load_job
 from tests.data.test_replay import _events
 from tests.data.test_stream_executor import _committed, _once, _produce, _pull, _spec, executors  # noqa: F401
 from tests.data.test_stream_rebalance import _pull_both
@@ -28,16 +26,6 @@ UNIVERSE_EVERY_S = 1.0  # ExecutorStreamReader's default: how often it asks its 
 # the trainer's reader asks for it within a second and deals it; its first rows come with one pull
 PICKED_UP_S = PARTITION_CHECK_S + UNIVERSE_EVERY_S
 MARGIN_S = 5.0  # a loaded 2-core machine: the broker's metadata, a pull's timeout, scheduling
-
-
-def _spec_with(tmp_path, broker, topic, **kafka):
-    spec, _ = _spec(tmp_path, broker, topic)
-    doc = yaml.safe_load(spec.read_text())
-    stream = doc["spec"]["dataset"]["streams"][1]
-    stream["sources"][0]["kafka"].update(kafka.pop("source", {}))
-    stream.update(kafka)
-    spec.write_text(yaml.safe_dump(doc))
-    return spec, load_job(spec, env={})
 
 
 def _add_partition(broker, topic: str, total: int) -> float:
@@ -71,7 +59,7 @@ def test_a_partition_added_while_serving_is_dealt_to_one_executor_from_its_first
     executors,  # noqa: F811
 ):
     topic = kafka_broker.new_topic(partitions=2)
-    spec, job = _spec_with(tmp_path, kafka_broker, topic, source={"startup": "latest"})
+    spec, job = _spec(tmp_path, kafka_broker, topic, startup="latest")
     executors(spec, 0, 2, *SMALL)
     executors(spec, 1, 2, *SMALL)
     produced = _produce(kafka_broker, topic, 600, 2, seed=27)  # after the executors resolved "latest"
@@ -103,7 +91,7 @@ def test_a_partition_added_while_serving_is_dealt_to_one_executor_from_its_first
 def test_a_partition_added_under_rebalance_reaches_both_ranks_once(kafka_broker, tmp_path, executors):  # noqa: F811
     topic = kafka_broker.new_topic(partitions=2)
     produced = _produce(kafka_broker, topic, 600, 2, seed=31)
-    spec, job = _spec_with(tmp_path, kafka_broker, topic, shuffle="rebalance")
+    spec, job = _spec(tmp_path, kafka_broker, topic, shuffle="rebalance")
     executors(spec, 0, 2, *SMALL)
     executors(spec, 1, 2, *SMALL)
     discovery = LocalDiscovery.for_stream(job, "realtime")

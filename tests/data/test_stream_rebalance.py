@@ -12,12 +12,10 @@ import threading
 import numpy as np
 import pyarrow as pa
 import pytest
-import yaml
 
 from primus_lib.data.executor.lanes import Lanes, interleave
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.resources.discovery import LocalDiscovery
-from primus_lib.spec import load_job
 from tests.data.test_replay import _events
 from tests.data.test_stream_executor import _committed, _once, _produce, _pull, _spec, executors  # noqa: F401
 
@@ -77,11 +75,7 @@ def _pull_both(readers: list[ExecutorStreamReader], want: list[int], timeout: fl
 def test_rebalance_spreads_skewed_partitions_over_the_ranks_exactly_once(kafka_broker, tmp_path, executors):  # noqa: F811
     topic = kafka_broker.new_topic(partitions=4)
     produced = _produce_skewed(kafka_broker, topic, 2000, [0, 2])  # forward would give rank 0 all of it
-    spec, job = _spec(tmp_path, kafka_broker, topic)
-    doc = yaml.safe_load(spec.read_text())
-    doc["spec"]["dataset"]["streams"][1]["shuffle"] = "rebalance"
-    spec.write_text(yaml.safe_dump(doc))
-    job = load_job(spec, env={})
+    spec, job = _spec(tmp_path, kafka_broker, topic, shuffle="rebalance")
     procs = [executors(spec, 0, 2, *SMALL), executors(spec, 1, 2, *SMALL)]
     discovery = LocalDiscovery.for_stream(job, "realtime")
 

@@ -14,7 +14,6 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
-import yaml
 
 from primus_lib.data.dtgg import plan_source
 from primus_lib.data.executor import execute_task
@@ -23,7 +22,8 @@ from primus_lib.data.executor.task import read_staged, staging_path
 from primus_lib.data.schema import hash_buckets
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import JobPaths
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
+from tests.fixtures.specs import demo_doc, load, write_spec
 
 HEAVY = ("pandas", "polars", "sqlalchemy", "confluent_kafka", "primus_lib.data.executor.join", "primus_lib.data.dtgg")
 
@@ -43,12 +43,9 @@ print(json.dumps({"rows": output.rows, "checksum": output.checksum,
 
 
 def spec_file(tmp_path, name: str) -> tuple:
-    doc = job_doc(f"file://{tmp_path / 'data'}", hours=1)
-    job = make_job(doc, tmp_path / name)
-    doc["spec"]["storage"] = {"root": str(tmp_path / name / "jobs")}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return job, path
+    storage = {"root": str(tmp_path / name / "jobs")}
+    doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100, storage=storage)
+    return load(doc), write_spec(tmp_path / f"{name}.yaml", doc)
 
 
 def test_a_data_task_process_loads_no_pandas_polars_or_sqlalchemy_and_stages_the_same_bytes(tmp_path):
@@ -60,7 +57,9 @@ def test_a_data_task_process_loads_no_pandas_polars_or_sqlalchemy_and_stages_the
 
     write_layout(tmp_path / "data", hours=1, rows=300, files=2)
     job, spec = spec_file(tmp_path, "process")
-    warm = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=1), tmp_path / "warm")
+    warm = load(
+        demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100), storage=tmp_path / "warm" / "jobs"
+    )
     for source in ("impressions", "clicks"):
         for task, same in zip(plan_source(job, "history", source, T0), plan_source(warm, "history", source, T0),
                               strict=True):  # fmt: skip
@@ -99,7 +98,7 @@ def test_pandas_works_in_a_process_that_skipped_arrows_pandas_probe():
 
 def test_the_backlog_reads_a_local_ledgers_training_queue_as_the_training_queue_does(tmp_path):
     write_layout(tmp_path / "data", hours=1, rows=10, files=1)
-    job = make_job(job_doc(f"file://{tmp_path / 'data'}", hours=3), tmp_path)
+    job = load(demo_doc(f"file://{tmp_path / 'data'}", hours=3, rows_per_shard=100), storage=tmp_path / "jobs")
     ledger = JobPaths.for_job(job).ledger
     queue = TrainingQueue(ledger)
     assert _queued_in_sqlite(ledger) == []

@@ -14,7 +14,6 @@ reset after 10 s.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -23,12 +22,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from devstack.airflow import Airflow
 from devstack.proc import poll_until
 from primus_lib.paths import parse_window_id
 from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.fixtures.airflow import airflow_binary, make_job, start_airflow_processes, stop_airflow_processes
+from tests.fixtures.specs import write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -69,10 +70,9 @@ def airflow(tmp_path, postgres_server):
 def with_sample_log(spec: Path, log: Path) -> None:
     """The trainer role's command: the default ``primus train SPEC``, with its sample log."""
     command = [sys.executable, "-m", "primus_lib.cli.main", "train", "{SPEC}", "--sample-log", str(log)]
-    role = "trainer: {replicas: 1, cpu: 1, memory: 2Gi"
-    text = spec.read_text()
-    assert text.count(role) == 1, text
-    spec.write_text(text.replace(role, f"{role}, command: {json.dumps(command)}"))
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["resources"]["roles"]["trainer"]["command"] = command
+    write_spec(spec, doc)
 
 
 def produced_ids(data: Path, hours: list[datetime], stream: str = "history") -> Counter:

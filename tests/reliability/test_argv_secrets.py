@@ -14,6 +14,7 @@ import re
 import secrets
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,7 @@ def _trained(job) -> float:
 
 def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, monkeypatch):
     from primus_lib.resources import backend_for
+    from primus_lib.resources.table import read_json, resources_dir
 
     access, secret, sasl = f"AK{secrets.token_hex(8)}", f"SK{secrets.token_hex(16)}", f"SASL{secrets.token_hex(12)}"
     (tmp_path / "s3").mkdir()
@@ -97,6 +99,9 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
             trained = wait_for(
                 "the trainer trains the stream through both executors", lambda: _trained(job), timeout=300, interval=1.0
             )
+            # the roles' secret files (a mounted Secret): private, in memory, outside the job's state
+            secrets_dir = Path(read_json(resources_dir(job) / "supervisor.json")["secrets"])
+            mounted = {p: p.stat().st_mode for p in secrets_dir.iterdir()}
             backend.stop()
         state = _objects(locate(f"s3://{bucket}/jobs"))
         tokens = {k: v.decode().strip() for k, v in state.items() if k.endswith(TOKEN_NAME)}
@@ -114,10 +119,10 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         assert len(executors) >= 1 and argv.samples >= 25, (executors, argv.samples)
         leaks = argv.leaks(known)
         assert not leaks, "\n".join(leaks)
+        assert mounted and all(mode & 0o077 == 0 for mode in mounted.values()), mounted
+        assert not secrets_dir.is_relative_to(tmp_path) and not secrets_dir.exists(), secrets_dir  # gone at stop
         files = [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
-        mounted = [p for p in files if p.parent.name == "connections"]  # the roles' secret files (a Secret)
-        assert mounted and all(p.stat().st_mode & 0o077 == 0 for p in mounted), mounted
-        logs = {str(p): p.read_bytes() for p in files if p not in mounted}
+        logs = {str(p): p.read_bytes() for p in files}
         logs.update({k: v for k, v in state.items() if not k.endswith(TOKEN_NAME)})
         assert any(k.endswith(".log") for k in logs), sorted(logs)  # the role logs were searched
         found = [

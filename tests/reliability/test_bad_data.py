@@ -28,7 +28,8 @@ from primus_lib.data.sources.quality import WindowDataError
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import JobPaths
 from primus_lib.spec import load_job
-from tests.data.helpers import T0, impressions, job_doc, write_layout
+from tests.data.helpers import T0, impressions, write_layout
+from tests.fixtures.specs import batch_stream, demo_doc, replay_stream, write_spec
 
 HOUR0 = f"{T0:%Y%m%d}/{T0:%H}"
 
@@ -41,21 +42,18 @@ def data(tmp_path) -> Path:
 
 
 def _spec(tmp_path: Path, data: Path, *, replay: bool = False) -> Path:
-    doc = job_doc(f"file://{data}", hours=2)
-    doc["spec"]["features"]["id"] = "request_id"
-    doc["spec"]["storage"] = {"root": str(tmp_path / "jobs")}
+    fields = {}
     if replay:  # for `primus eval`: the stream is a file replay of the impressions, no Kafka needed
         events = data / "stream" / "events.jsonl"
         events.parent.mkdir(exist_ok=True)
         rows = [r | {"clicked": 0} for h in (0, 1) for r in _pristine(h).to_pylist()]
         events.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        source = {"name": "events", "uri": f"file://{events}", "format": "jsonl"}
-        doc["spec"]["dataset"]["streams"][1]["sources"] = [source]
-        doc["spec"]["dataset"]["streams"][0]["lag"] = "1h"
-        doc["spec"]["training"]["batch_size"] = 32
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return spec
+        batch = batch_stream(f"file://{data}", lag="1h", rows_per_shard=100)
+        fields = {"streams": [batch, replay_stream(f"file://{events}")], "batch_size": 32}
+    storage = {"root": str(tmp_path / "jobs")}
+    doc = demo_doc(f"file://{data}", hours=2, rows_per_shard=100, storage=storage, **fields)
+    doc["spec"]["features"]["id"] = "request_id"
+    return write_spec(tmp_path / "job.yaml", doc)
 
 
 def _pristine(hour: int) -> pa.Table:
@@ -282,7 +280,7 @@ def test_eval_of_a_job_without_a_stream_says_what_it_needs(tmp_path, data):
     doc = yaml.safe_load(spec.read_text())
     doc["spec"]["dataset"]["streams"] = doc["spec"]["dataset"]["streams"][:1]
     doc["spec"]["training"].update(mode="offline", priority={"history": 1.0})
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_spec(spec, doc)
     done = _eval(spec, tmp_path / "out")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip() == (

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from primus_lib.spec import SpecError, load_job
-from tests.data.helpers import job_doc
+from tests.fixtures.specs import demo_doc, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "spec" / "invalid"
@@ -32,7 +31,7 @@ HOSTILE_CORPUS = [  # the corpus entries this suite added (docs/reliability.md)
 
 
 def _doc() -> dict:
-    return job_doc("file:///srv/ctr", hours=2)
+    return demo_doc("file:///srv/ctr", hours=2, rows_per_shard=100)
 
 
 def _source(doc: dict) -> dict:
@@ -40,9 +39,7 @@ def _source(doc: dict) -> dict:
 
 
 def _write(tmp_path: Path, doc: dict, name: str = "job.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return write_spec(tmp_path / name, doc)
 
 
 # (case, where ${VAR} goes, its value, the field path, what the line must say)

@@ -22,8 +22,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from primus_lib.data.sources import open_stream
 from primus_lib.data.sources.deadletter import KEEP_BYTES
 from primus_lib.data.sources.kafka import PARTITION_CHECK_S, KafkaStreamReader
-from tests.data.helpers import job_doc, make_job
 from tests.data.test_replay import _events
+from tests.fixtures.specs import demo_doc, load, write_spec
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,8 @@ MARGIN_S = 5.0  # a loaded 2-core machine: the broker's metadata, the poll's tim
 
 
 def _job(tmp_path, broker, topic):
-    doc = job_doc(f"file://{tmp_path}/data", bootstrap=broker.bootstrap, topic=topic)
-    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest")
-    return make_job(doc, tmp_path)
+    doc = demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100, bootstrap=broker.bootstrap, topic=topic)
+    return load(doc, storage=tmp_path / "jobs")  # the demo's stream reads its topic from the earliest offset
 
 
 def _reader(tmp_path, broker, topic) -> KafkaStreamReader:
@@ -183,12 +182,9 @@ def test_a_partition_added_while_reading_is_picked_up(kafka_broker, tmp_path):
 
 def test_eval_of_a_missing_topic_is_one_line(kafka_broker, tmp_path):
     topic = f"never-created-{os.getpid()}"
-    doc = job_doc(f"file://{tmp_path}/data", hours=2, bootstrap=kafka_broker.bootstrap, topic=topic)
-    import yaml
-
-    doc["spec"]["storage"] = {"root": str(tmp_path / "jobs")}
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    data, storage = f"file://{tmp_path}/data", {"root": str(tmp_path / "jobs")}
+    doc = demo_doc(data, hours=2, rows_per_shard=100, bootstrap=kafka_broker.bootstrap, topic=topic, storage=storage)
+    spec = write_spec(tmp_path / "job.yaml", doc)
     from tests.data.helpers import write_layout
 
     write_layout(tmp_path / "data", hours=2, rows=20, files=1)

@@ -18,8 +18,7 @@ from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.yarn.backend import YarnBackend
 from primus_lib.resources.yarn.client import AM_MODULE, submission_context
 from primus_lib.resources.yarn.ipc import decode_command
-from primus_lib.spec.loader import job_from_document
-from tests.data.helpers import job_doc
+from tests.fixtures.specs import DEMO_ROLES, demo_doc, load
 
 HOSTILE_ARGV = [
     "python", "-c", "import sys; print(sys.argv)", "$(PRIMUS_DATABASE_PASSWORD)", "$(id)", "$$(id)", "$HOME",
@@ -28,21 +27,24 @@ HOSTILE_ARGV = [
 
 
 def _job(tmp_path, backend: str, python: str | None = None):
-    doc = job_doc(f"file://{tmp_path}/data")
-    doc["spec"]["storage"] = {
-        "root": str(tmp_path / "jobs"),
-        "database": "postgresql+psycopg2://primus:${DB_PASSWORD}@db:5432/primus",
-    }
-    roles = doc["spec"]["resources"]["roles"]
-    for role in roles.values():
-        role["image"] = "primus:0.1.0"
+    storage = {"root": str(tmp_path / "jobs"), "database": "postgresql+psycopg2://primus:${DB_PASSWORD}@db:5432/primus"}
+    roles = {name: {**role, "image": "primus:0.1.0"} for name, role in DEMO_ROLES.items()}
     roles["trainer"].update(image="registry.example.com:5000/ml/primus-trainer:0.1.0", command=HOSTILE_ARGV)
     roles["stream_executor"]["command"] = HOSTILE_ARGV
-    doc["spec"]["resources"]["backend"] = backend
+    resources = None
     if backend == "yarn":
         cluster = {"name": "y1", "backend": "yarn", "resource_manager": "http://rm:8088", "python": python}
-        doc["spec"]["resources"]["clusters"] = [cluster]
-    return job_from_document(doc, env={"DB_PASSWORD": "s3cr3t", "HOME": "/home/me"})
+        resources = {"clusters": [cluster]}
+    doc = demo_doc(
+        f"file://{tmp_path}/data",
+        hours=3,
+        rows_per_shard=100,
+        storage=storage,
+        backend=backend,
+        resources=resources,
+        roles=roles,
+    )
+    return load(doc, env={"DB_PASSWORD": "s3cr3t", "HOME": "/home/me"})
 
 
 def kubelet_expand(text: str, env: dict[str, str]) -> str:
@@ -108,11 +110,9 @@ def test_kubernetes_containers_get_the_spec_command_literally(tmp_path):
 
 def test_kubernetes_default_commands_keep_their_own_expansion(tmp_path):
     """Only the spec's values are escaped: the Indexed Job's rank still comes from the kubelet."""
-    doc = job_doc(f"file://{tmp_path}/data")
-    doc["spec"]["resources"]["backend"] = "kubernetes"
-    for role in doc["spec"]["resources"]["roles"].values():
-        role["image"] = "primus:0.1.0"
-    job = job_from_document(doc, env={})
+    roles = {name: {**role, "image": "primus:0.1.0"} for name, role in DEMO_ROLES.items()}
+    doc = demo_doc(f"file://{tmp_path}/data", hours=3, rows_per_shard=100, backend="kubernetes", roles=roles)
+    job = load(doc, env={})
     container = m.trainer_job(job, indexed=True)["spec"]["template"]["spec"]["containers"][0]
     expanded = [kubelet_expand(part, {"JOB_COMPLETION_INDEX": "3"}) for part in container["command"]]
     assert "--node-rank=3" in expanded

@@ -58,7 +58,8 @@ class Run:
     runs: list[dict]
     outputs: dict[str, bytes]  # where -> what it holds
     deferred: int  # train task instances that went through the trigger
-    role_env: bytes  # the environment of the job's supervisor: where the credentials are meant to be
+    role_env: bytes  # the job supervisor's environment and mounted secret files: where credentials belong
+    mounted: str  # that secret directory (PRIMUS_SECRETS_DIR of the roles)
     argv: ArgvSampler  # every process's command line during the backfill
     backfill: subprocess.CompletedProcess
 
@@ -195,14 +196,14 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         command = [str(Path(env["PATH"].split(os.pathsep)[0]) / "primus"), "backfill", str(job.spec), "--api", url,
                    "--password-file", str(password_file), "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z",
                    "--max-active-runs", "1", "--wait", "--timeout", "900", "--quiet"]  # fmt: skip
-        role_env = b""
+        role_env, mounted = b"", ""
         with ArgvSampler(every=0.2) as argv:
             backfill = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 deadline = time.monotonic() + 1000
                 while backfill.poll() is None:  # while the roles run: their env, where the credentials belong
                     assert time.monotonic() < deadline, "primus backfill --wait did not return"
-                    role_env = _supervisor_environ(job.home) or role_env
+                    role_env, mounted = _supervisor_environ(job.home) if not mounted else (role_env, mounted)
                     time.sleep(1)
             finally:
                 if backfill.poll() is None:
@@ -222,7 +223,7 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         outputs.update(_role_logs(job.home, env))
         deferred = sum(b"deferring until it consumed" in data for where, data in outputs.items()
                        if "task_id=train" in where)  # fmt: skip
-        return Run(runs, outputs, deferred, role_env, argv, done)
+        return Run(runs, outputs, deferred, role_env, mounted, argv, done)
     finally:
         _stop_job(job, env) if proc is not None else None
         if proc is not None:
@@ -230,17 +231,22 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         stop(weed)
 
 
-def _supervisor_environ(primus_home: Path) -> bytes:
-    """/proc/PID/environ of the job's local supervisor while it runs (the roles inherit it)."""
-    found = b""
+def _supervisor_environ(primus_home: Path) -> tuple[bytes, str]:
+    """(/proc/PID/environ of the job's local supervisor while it runs (the roles inherit it) and the
+    secret files it mounts for them; that directory), or (b"", "")."""
     for proc_dir in Path("/proc").iterdir():
         try:
             cmdline = (proc_dir / "cmdline").read_bytes()
             if b"primus_lib.resources.supervisor" in cmdline and str(primus_home).encode() in cmdline:
-                found += (proc_dir / "environ").read_bytes()
+                environ = (proc_dir / "environ").read_bytes()
+                mounted = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v).get(b"PRIMUS_SECRETS_DIR")
+                if mounted is None:
+                    return environ, ""
+                files = b"".join(p.read_bytes() for p in sorted(Path(mounted.decode()).iterdir()))
+                return environ + files, mounted.decode()
         except (OSError, ValueError):
             continue
-    return found
+    return b"", ""
 
 
 def _role_logs(primus_home: Path, env: dict[str, str]) -> dict[str, bytes]:
@@ -271,9 +277,14 @@ def test_the_job_runs_its_windows_with_credentials_from_the_connection_only(secr
     assert any(k.startswith("ledger table") for k in secret_run.outputs)
     assert any("/logs/" in k for k in secret_run.outputs), "the Airflow task logs were searched"
     assert secret_run.deferred >= 1, "the trainer task waited in the triggerer (S3 progress via the connection id)"
-    # The credentials did reach the roles, by the one channel meant for them: their environment.
+    # The credentials did reach the roles, by the channels meant for them: the S3 connection as a
+    # mounted secret file (outside the job's state, gone once the job stopped), the ledger's
+    # password in their environment.
     assert job_secrets.s3_secret.encode() in secret_run.role_env
     assert job_secrets.ledger_password.encode() in secret_run.role_env
+    assert Path(secret_run.mounted).name.startswith("primus-secrets-"), secret_run.mounted
+    assert not any(where.startswith(secret_run.mounted) for where in secret_run.outputs)
+    assert not Path(secret_run.mounted).exists(), "the mounted secrets outlived the job"
     print(f"searched {len(secret_run.outputs)} outputs, {sum(map(len, secret_run.outputs.values()))} bytes; "
           f"train tasks deferred: {secret_run.deferred}; argv sampled {secret_run.argv.samples} times, "
           f"{len(secret_run.argv.seen)} distinct command lines")  # fmt: skip

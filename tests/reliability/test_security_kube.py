@@ -26,9 +26,9 @@ PASSWORD = "ledger-pw-7c1e9a"  # the job's ledger password: in no object the API
 
 
 def job_with_ledger() -> PrimusJob:
-    doc = k8s_job(name="secure-job").model_dump(mode="json", exclude_none=True)
-    doc["spec"]["storage"] = {"database": f"postgresql+psycopg2://ledger:{PASSWORD}@ledger-db:5432/ledger"}
-    return PrimusJob.model_validate(doc)
+    return k8s_job(
+        name="secure-job", storage={"database": f"postgresql+psycopg2://ledger:{PASSWORD}@ledger-db:5432/ledger"}
+    )
 
 
 def pod_specs(admin, ns: str, job: PrimusJob) -> dict[str, dict]:

@@ -35,12 +35,12 @@ from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.shards import read_manifest, read_window
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import JobPaths, window_id
-from primus_lib.spec import job_from_document
 from primus_lib.storage import StorageUnavailable
 from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
 from tests.fixtures._proc import free_port, start, stop
 from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, S3Server, weed_binary
+from tests.fixtures.specs import demo_doc, load
 
 NO_SPACE = "No space left on device"
 T1 = T0 + timedelta(hours=1)
@@ -78,7 +78,7 @@ def _fill(disk: Path) -> Path:
 
 def _local_job(tmp_path: Path, disk: Path, data: Path):
     """A job whose ledger is on the ordinary disk and whose data directories are on ``disk``."""
-    job = make_job(job_doc(f"file://{data}", hours=2), tmp_path)
+    job = load(demo_doc(f"file://{data}", hours=2, rows_per_shard=100), storage=tmp_path / "jobs")
     root = JobPaths.for_job(job).root
     root.mkdir(parents=True)
     for name in ("staging", "windows", "trainer"):
@@ -238,10 +238,8 @@ def _s3_job(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))  # the ledger: SQLite on the local disk
     data = tmp_path / "data"
     write_layout(data, hours=2, rows=200, files=2)
-    doc = job_doc(f"file://{data}", hours=2)
-    doc["spec"]["dataset"]["streams"][0]["rows_per_shard"] = 2  # 200 PUTs: the store dies mid-commit
-    doc["spec"]["storage"] = {"root": "s3://state/jobs"}
-    job = job_from_document(doc, env={})
+    # 2 rows a shard: 200 PUTs, the store dies mid-commit
+    job = load(demo_doc(f"file://{data}", hours=2, rows_per_shard=2, storage={"root": "s3://state/jobs"}), env={})
     return job, data
 
 

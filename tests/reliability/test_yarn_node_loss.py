@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 import psutil
 import pytest
@@ -28,6 +29,7 @@ from primus_lib.progress import read_progress
 from primus_lib.resources.yarn import YarnBackend
 from primus_lib.spec import load_job
 from primus_lib.train.runtime.sample_log import read_sample_log
+from tests.fixtures.specs import batch_stream, job_doc, write_spec
 from tests.resources.test_yarn import wait_for
 from tests.train.conftest import START, commit_windows
 
@@ -35,42 +37,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
 HOURS, ROWS = 4, 200
 
-SPEC = """\
-apiVersion: primus.dev/v1alpha1
-kind: PrimusJob
-metadata: {{name: {name}}}
-spec:
-  timer: {{start: "2026-11-01T00:00:00Z", end: "2026-11-01T{hours:02d}:00:00Z", window: 1h}}
-  dataset:
-    streams:
-      - name: history
-        kind: batch
-        sources:
-          - {{name: impressions, uri: "file://{data}/impressions/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
-          - {{name: clicks, uri: "file://{data}/clicks/{{YYYY}}{{MM}}{{DD}}/{{HH}}/", format: parquet, success_marker: _SUCCESS}}
-        join: {{keys: [request_id], how: left, fill: {{clicked: 0}}}}
-  features:
-    label: clicked
-    timestamp: ts
-    id: request_id
-    sparse: [{{name: user_id, buckets: 2000}}, {{name: item_id, buckets: 2000}}, {{name: category, buckets: 64}}]
-    dense: [price, age]
-  model: {{embedding_dim: 8, memory_tower: [32, 16], adapt_tower: [16, 8]}}
-  training: {{mode: offline, batch_size: 64, learning_rate: 0.01, sparse_learning_rate: 0.1}}
-  storage: {{root: "{root}", database: "{database}"}}
-  resources:
-    backend: yarn
-    clusters: [{{name: mini, backend: yarn, resource_manager: "{rm}"}}]
-    roles:
-      data_executor: {{replicas: 1, image: "primus-trainer:latest"}}
-      trainer:
-        replicas: 1
-        memory: 1Gi
-        max_restarts: 1
-        image: "primus-trainer:latest"
-        command: [sh, -c, '{train}']
-  scaling: {{horizontal: {{enabled: false}}, vertical: {{enabled: false}}}}
-"""
+
+def yarn_doc(name: str, data: Path, rm: str, root: str, database: str, train: str) -> dict:
+    """The tiny job, offline, on the test YARN cluster: its state on HDFS, its ledger in PostgreSQL,
+    its trainer the shell command ``train`` (one restart allowed)."""
+    image = "primus-trainer:latest"
+    roles = {
+        "data_executor": {"replicas": 1, "image": image},
+        "trainer": {"replicas": 1, "memory": "1Gi", "max_restarts": 1, "image": image, "command": ["sh", "-c", train]},
+    }
+    return job_doc(
+        name,
+        hours=HOURS,
+        streams=[batch_stream(f"file://{data}")],
+        training={"mode": "offline", "batch_size": 64, "learning_rate": 0.01, "sparse_learning_rate": 0.1},
+        storage={"root": root, "database": database},
+        backend="yarn",
+        resources={"clusters": [{"name": "mini", "backend": "yarn", "resource_manager": rm}]},
+        roles=roles,
+    )
+
+
 # the container's own directory as PRIMUS_HOME and TMPDIR: a new attempt starts with nothing local
 TRAIN = (
     'export PRIMUS_HOME="$PWD/home" TMPDIR="$PWD" OMP_NUM_THREADS=1; exec {python} -m primus_lib.cli.main '
@@ -85,11 +72,10 @@ def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
     data, log = tmp_path / "data", tmp_path / "trained-ids.log"  # the log: the test's observation channel
     generate(data, START, START + timedelta(hours=HOURS), rows_per_hour=ROWS, seed=9)
     spec = tmp_path / "job.yaml"
-    spec.write_text(SPEC.format(
-        name=f"yarn-loss-{uuid.uuid4().hex[:6]}", hours=HOURS, data=data, rm=yarn_cluster.rm_url,
-        root=yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}"),
-        database=postgres_server.create_database("yarn_loss"), train=TRAIN.format(python=sys.executable, last=HOURS - 1, log=log),
-    ))  # fmt: skip
+    name, root = f"yarn-loss-{uuid.uuid4().hex[:6]}", yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}")
+    train = TRAIN.format(python=sys.executable, last=HOURS - 1, log=log)
+    database = postgres_server.create_database("yarn_loss")
+    write_spec(spec, yarn_doc(name, data, yarn_cluster.rm_url, root, database, train))
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     job = load_job(spec)
     paths = JobPaths.for_job(job)

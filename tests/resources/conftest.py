@@ -1,5 +1,6 @@
-"""Helpers for the resource tests: a job spec with roles of our own, namespaces, the CRD, and
-waiting for what the Kubernetes controllers, scheduler and kwok do (tests/fixtures/kube.py)."""
+"""Helpers for the resource tests: their environment, commands of our own, namespaces, the CRD, and
+waiting for what the Kubernetes controllers, scheduler and kwok do (tests/fixtures/kube.py). Their
+jobs: the demo with roles of their own (tests/fixtures/specs.py, ``load(demo_doc(roles=...), check=False)``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus_lib.spec import PrimusJob, load_job
-
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "config" / "jobs" / "ctr-demo.yaml"
 
 
 @pytest.fixture
@@ -22,14 +20,6 @@ def job_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     return tmp_path
-
-
-def make_job(roles: dict, backend: str = "local", name: str = "ctr-demo", **resources) -> PrimusJob:
-    """The demo job with other roles (our own small commands) and backend."""
-    doc = load_job(DEMO).model_dump(mode="json", exclude_none=True)
-    doc["metadata"]["name"] = name
-    doc["spec"]["resources"] = {"backend": backend, "roles": roles, **resources}
-    return PrimusJob.model_validate(doc)
 
 
 def py(code: str) -> list[str]:

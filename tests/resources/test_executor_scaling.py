@@ -8,12 +8,10 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.resources import backend_for
 from primus_lib.resources.discovery import LocalDiscovery
-from primus_lib.spec import load_job
 from tests.data.test_stream_executor import _committed, _once, _produce, _pull, _spec
 
 pytestmark = pytest.mark.integration
@@ -57,17 +55,14 @@ def test_scaling_the_executors_2_3_1_mid_stream_trains_every_sample_once(kafka_b
     topic = kafka_broker.new_topic(partitions=6)
     everything = {f"{topic}/{p}" for p in range(6)}
     produced = _produce(kafka_broker, topic, 3000, 6, seed=21)
-    spec, job = _spec(tmp_path, kafka_broker, topic)
-    doc = yaml.safe_load(spec.read_text())
     executor = [sys.executable, "-m", "primus_lib.cli.main", "executor", "{SPEC}", *SMALL]
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
-    doc["spec"]["resources"]["roles"].update(
-        stream_executor={"replicas": 2, "min_replicas": 1, "max_replicas": 3, "command": executor},
-        trainer={"command": sleep},
-        data_executor={"replicas": 1},
-    )
-    spec.write_text(yaml.safe_dump(doc))
-    job = load_job(spec, env={})
+    roles = {
+        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 3, "command": executor},
+        "trainer": {"command": sleep},
+        "data_executor": {"replicas": 1},
+    }
+    spec, job = _spec(tmp_path, kafka_broker, topic, roles=roles)
     backend = backend_for(job, str(spec))
     discovery = LocalDiscovery.for_stream(job, "realtime")
     backend.submit()

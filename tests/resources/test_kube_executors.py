@@ -18,7 +18,8 @@ from primus_lib.resources.kubernetes.backend import KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
 from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
 from tests.fixtures.kube import simulate_restarts
-from tests.resources.conftest import apply_crd, make_job, running, wait_for
+from tests.fixtures.specs import demo_doc, load
+from tests.resources.conftest import apply_crd, running, wait_for
 from tests.resources.test_kubernetes import selector
 from tests.resources.test_rbac import apply_rbac, denied, service_account_token
 
@@ -27,16 +28,13 @@ pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureReq
 
 def executor_job(name: str = "ctr-demo"):
     """Stream executors running their default command (``primus executor``), not a test's own."""
-    return make_job(
-        {
-            "data_executor": {"replicas": 1, "image": "primus:1"},
-            "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": 1, "memory": "1Gi",
-                                "image": "primus:1"},
-            "trainer": {"replicas": 1, "cpu": 2, "memory": "4Gi", "image": "primus:1",
-                        "start_after": ["stream_executor"]},
-        },
-        backend="kubernetes", name=name,
-    )  # fmt: skip
+    roles = {
+        "data_executor": {"replicas": 1, "image": "primus:1"},
+        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": 1, "memory": "1Gi",
+                            "image": "primus:1"},
+        "trainer": {"replicas": 1, "cpu": 2, "memory": "4Gi", "image": "primus:1", "start_after": ["stream_executor"]},
+    }  # fmt: skip
+    return load(demo_doc(roles=roles, backend="kubernetes", name=name), check=False)
 
 
 def env_of(container) -> dict[str, str | None]:

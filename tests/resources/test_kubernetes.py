@@ -16,23 +16,23 @@ from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import MERGE, KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
 from tests.fixtures.kube import simulate_exit, simulate_restarts
-from tests.resources.conftest import apply_crd, make_job, new_namespace, pods, running, wait_for
+from tests.fixtures.specs import demo_doc, load
+from tests.resources.conftest import apply_crd, new_namespace, pods, running, wait_for
 
 pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
-def k8s_job(name: str = "ctr-demo", trainer_replicas: int = 1, max_restarts: int = 2, stream_cpu=1):
-    return make_job(
-        {
-            "data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "image": "primus:1"},
-            "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": stream_cpu,
-                                "memory": "2Gi", "image": "primus:1",
-                                "command": ["primus", "stream-executor", "{SPEC}"]},
-            "trainer": {"replicas": trainer_replicas, "max_replicas": 4, "cpu": 2, "memory": "4Gi", "image": "primus:1",
-                        "start_after": ["stream_executor"], "max_restarts": max_restarts},
-        },
-        backend="kubernetes", name=name,
-    )  # fmt: skip
+def k8s_job(name: str = "ctr-demo", trainer_replicas: int = 1, max_restarts: int = 2, stream_cpu=1, **fields):
+    """The demo job on Kubernetes with stream executors the trainer starts after; ``fields``: more of its spec."""
+    roles = {
+        "data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "image": "primus:1"},
+        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": stream_cpu,
+                            "memory": "2Gi", "image": "primus:1",
+                            "command": ["primus", "stream-executor", "{SPEC}"]},
+        "trainer": {"replicas": trainer_replicas, "max_replicas": 4, "cpu": 2, "memory": "4Gi", "image": "primus:1",
+                    "start_after": ["stream_executor"], "max_restarts": max_restarts},
+    }  # fmt: skip
+    return load(demo_doc(roles=roles, backend="kubernetes", name=name, **fields), check=False)
 
 
 def selector(job, role: str) -> str:
@@ -67,7 +67,7 @@ def test_crd_accepts_the_demo_job_and_rejects_a_bad_one(admin, job_env):
     from kubernetes.client.rest import ApiException
 
     from primus_lib.spec import load_job
-    from tests.resources.conftest import DEMO
+    from tests.fixtures.specs import DEMO
 
     ns = new_namespace(admin)
     custom = client.CustomObjectsApi(admin)
@@ -283,11 +283,11 @@ def test_trainer_success_completes_the_job_and_stops_the_other_roles(admin, job_
 
 def test_stream_executor_restarts_beyond_max_fail_the_role(admin, job_env, kube_namespaces):
     ns = kube_namespaces(admin)
-    job = make_job({"data_executor": {"replicas": 1, "image": "i"},
-                    "stream_executor": {"replicas": 1, "image": "i", "critical": True, "max_restarts": 1,
-                                        "command": ["primus", "x"]},
-                    "trainer": {"image": "i", "command": ["sleep", "1"], "start_after": ["stream_executor"]}},
-                   backend="kubernetes")  # fmt: skip
+    roles = {"data_executor": {"replicas": 1, "image": "i"},
+             "stream_executor": {"replicas": 1, "image": "i", "critical": True, "max_restarts": 1,
+                                 "command": ["primus", "x"]},
+             "trainer": {"image": "i", "command": ["sleep", "1"], "start_after": ["stream_executor"]}}  # fmt: skip
+    job = load(demo_doc(roles=roles, backend="kubernetes"), check=False)
     backend = KubernetesBackend(job, cluster=Cluster(admin, ns))
     backend.submit()
     [pod] = running(admin, ns, selector(job, "stream_executor"), n=1)
@@ -328,8 +328,9 @@ def test_pytorchjob_when_the_kubeflow_crd_exists(kube_apiserver_b, job_env):
         while not cluster.has_pytorchjob and time.monotonic() < deadline:
             del cluster.__dict__["has_pytorchjob"]
             time.sleep(0.2)
-        job = make_job({"data_executor": {"replicas": 1, "image": "i"},
-                        "trainer": {"replicas": 3, "max_replicas": 8, "image": "primus:1", "gpu": 8}}, backend="kubernetes")  # fmt: skip
+        roles = {"data_executor": {"replicas": 1, "image": "i"},
+                 "trainer": {"replicas": 3, "max_replicas": 8, "image": "primus:1", "gpu": 8}}  # fmt: skip
+        job = load(demo_doc(roles=roles, backend="kubernetes"), check=False)
         backend = KubernetesBackend(job, cluster=cluster)
         backend.submit()
         obj = backend.read_workload("trainer")

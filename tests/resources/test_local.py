@@ -15,7 +15,8 @@ import pytest
 from primus_lib.resources import backend_for, ensure_running
 from primus_lib.resources.local import LocalBackend
 from primus_lib.resources.table import alive, read_json
-from tests.resources.conftest import make_job, py
+from tests.fixtures.specs import demo_doc, load, write_spec
+from tests.resources.conftest import py
 
 SLEEP = py("import time; time.sleep(120)")
 
@@ -39,7 +40,7 @@ def started(job_env):
     backends = []
 
     def start(roles: dict) -> LocalBackend:
-        backend = backend_for(make_job(roles))
+        backend = backend_for(load(demo_doc(roles=roles), check=False))
         backends.append(backend)
         backend.submit()
         return backend
@@ -179,11 +180,10 @@ def test_stop_ends_every_process(started):
 
 
 def test_cli_start_status_scale_stop(job_env):
-    import yaml
 
-    job = make_job({"data_executor": {"replicas": 1}, "trainer": {"command": SLEEP, "max_replicas": 2}})
-    spec = job_env / "job.yaml"
-    spec.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True)))
+    roles = {"data_executor": {"replicas": 1}, "trainer": {"command": SLEEP, "max_replicas": 2}}
+    job = load(demo_doc(roles=roles), check=False)
+    spec = write_spec(job_env / "job.yaml", job)
 
     def primus(*args: str) -> str:
         done = subprocess.run([sys.executable, "-m", "primus_lib.cli.main", "resources", *args, str(spec)],
@@ -207,7 +207,7 @@ def test_supervisor_that_crashes_ends_its_workers(job_env):
     from primus_lib.resources.supervisor import Supervisor
     from primus_lib.resources.table import resources_dir, write_json
 
-    job = make_job({"data_executor": {"replicas": 1}, "trainer": {"command": SLEEP}})
+    job = load(demo_doc(roles={"data_executor": {"replicas": 1}, "trainer": {"command": SLEEP}}), check=False)
     directory = resources_dir(job)
     write_json(directory / "job.json", job.model_dump(mode="json"))
     write_json(directory / "desired.json", {"spec_path": None, "stop": False, "roles": {}})

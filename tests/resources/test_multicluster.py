@@ -14,7 +14,8 @@ from primus_lib.resources.base import ResourceError
 from primus_lib.resources.kubernetes.capacity import Capacity, NodeRoom, capacity
 from primus_lib.resources.kubernetes.cluster import Cluster
 from primus_lib.resources.multicluster import MultiClusterBackend
-from tests.resources.conftest import apply_crd, make_job, running, wait_for
+from tests.fixtures.specs import demo_doc, load
+from tests.resources.conftest import apply_crd, running, wait_for
 
 pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 GiB = 2**30
@@ -66,7 +67,7 @@ def test_roles_go_to_the_idlest_cluster_that_fits_and_busy_clusters_get_resource
                             "image": "primus:1", "command": ["primus", "stream", "{SPEC}"]},
         "trainer": {"replicas": 1, "cpu": 8, "memory": "16Gi", "image": "primus:1"},
     }  # fmt: skip
-    job = make_job(roles, backend="kubernetes", clusters=clusters)
+    job = load(demo_doc(roles=roles, backend="kubernetes", resources={"clusters": clusters}), check=False)
     backend = backend_for(job)
     assert isinstance(backend, MultiClusterBackend)
     backend.submit()
@@ -104,9 +105,8 @@ def test_roles_go_to_the_idlest_cluster_that_fits_and_busy_clusters_get_resource
     assert again.rebalance() == []  # 3 of 16 cores free (19%): not busy any more
 
     # a role that fits nowhere is refused with the numbers
-    big = make_job(
-        {**roles, "trainer": {**roles["trainer"], "cpu": 17}}, backend="kubernetes", name="big", clusters=clusters
-    )
+    fat = {**roles, "trainer": {**roles["trainer"], "cpu": 17}}
+    big = load(demo_doc(roles=fat, backend="kubernetes", name="big", resources={"clusters": clusters}), check=False)
     with pytest.raises(ResourceError, match=r"needs 1 x 17 cores") as err:
         MultiClusterBackend(big).place("trainer")
     assert "at most" in str(err.value)

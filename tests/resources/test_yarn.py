@@ -20,7 +20,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
 from primus_lib.resources import backend_for
 from primus_lib.resources.base import ResourceError
@@ -37,7 +36,8 @@ from primus_lib.resources.yarn.ipc import (
     request_header,
     unpb,
 )
-from tests.resources.conftest import make_job, py
+from tests.fixtures.specs import demo_doc, load, write_spec
+from tests.resources.conftest import py
 
 MIB = 2**20
 
@@ -109,7 +109,7 @@ def test_token_files_in_both_formats():
 
 
 def test_a_yarn_job_needs_a_resource_manager(job_env):
-    job = make_job({"trainer": {"command": ["x"]}}, backend="yarn")
+    job = load(demo_doc(roles={"trainer": {"command": ["x"]}}, backend="yarn"), check=False)
     with pytest.raises(ResourceError, match="resource_manager"):
         backend_for(job)
     with pytest.raises(ResourceError, match="resource_manager"):
@@ -123,10 +123,10 @@ def yarn_job(tmp_path: Path, rm_url: str, roles: dict) -> tuple[YarnBackend, str
     this backend) and data_executor exists (no command: Airflow mapped tasks, not run by any backend)."""
     roles = {"data_executor": {"replicas": 1}, **roles}
     roles = {name: {"image": "primus-trainer:latest", **spec} for name, spec in roles.items()}
-    job = make_job(roles, backend="yarn", name=f"yarn-{uuid.uuid4().hex[:8]}",
-                   clusters=[{"name": "mini", "backend": "yarn", "resource_manager": rm_url}])  # fmt: skip
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True)))
+    clusters = [{"name": "mini", "backend": "yarn", "resource_manager": rm_url}]
+    doc = demo_doc(roles=roles, backend="yarn", name=f"yarn-{uuid.uuid4().hex[:8]}", resources={"clusters": clusters})
+    job = load(doc, check=False)
+    spec = write_spec(tmp_path / "job.yaml", job)
     return YarnBackend(job, str(spec)), str(spec)
 
 

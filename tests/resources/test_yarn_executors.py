@@ -10,37 +10,39 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.resources.discovery import HEARTBEAT_SECONDS, SharedStateDiscovery, discovery_for
 from primus_lib.resources.yarn import YarnBackend
 from primus_lib.spec import load_job
-from tests.data.helpers import job_doc
 from tests.data.test_stream_executor import _once, _produce, _pull
+from tests.fixtures.specs import DEMO_ROLES, demo_doc, kafka_stream, write_spec
 from tests.resources.test_yarn import wait_for
 
 pytestmark = pytest.mark.integration
 STALE = HEARTBEAT_SECONDS + 1.5  # the trainer side: a missed beat and a half (HDFS writes are quick here)
 
 
-def _job(tmp_path, yarn_cluster, kafka_broker, topic):
-    root = yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}")
-    doc = job_doc(f"file://{tmp_path}/data", bootstrap=kafka_broker.bootstrap, topic=topic)
-    doc["metadata"]["name"] = f"yx-{uuid.uuid4().hex[:6]}"
-    doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id=f"g-{topic}")
-    doc["spec"]["storage"] = {"root": root}
-    resources = doc["spec"]["resources"]
-    resources["backend"] = "yarn"
-    resources["clusters"] = [{"name": "mini", "backend": "yarn", "resource_manager": yarn_cluster.rm_url}]
-    resources["roles"]["stream_executor"] = {"replicas": 2, "memory": "512Mi", "max_restarts": 3}
-    for role in resources["roles"].values():  # the spec check wants one (this backend runs none)
-        role.setdefault("image", "primus-trainer:latest")
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(doc))
+def _job(tmp_path, yarn_cluster, kafka_broker, topic, **executor):
+    """The demo job on the test YARN cluster, its state on HDFS, its stream executors (``executor``:
+    more of their role's fields) reading ``topic``."""
+    stream = kafka_stream(kafka_broker.bootstrap, topic, group_id=f"g-{topic}")
+    roles = {**DEMO_ROLES, "stream_executor": {"replicas": 2, "memory": "512Mi", "max_restarts": 3, **executor}}
+    roles = {name: {"image": "primus-trainer:latest", **role} for name, role in roles.items()}  # the check wants one
+    doc = demo_doc(
+        f"file://{tmp_path}/data",
+        hours=3,
+        rows_per_shard=100,
+        name=f"yx-{uuid.uuid4().hex[:6]}",
+        stream=stream,
+        storage={"root": yarn_cluster.hdfs.uri(f"/primus-{uuid.uuid4().hex[:8]}")},
+        backend="yarn",
+        resources={"clusters": [{"name": "mini", "backend": "yarn", "resource_manager": yarn_cluster.rm_url}]},
+        roles=roles,
+    )
+    spec = write_spec(tmp_path / "job.yaml", doc)
     return str(spec), load_job(spec, env={})
 
 
@@ -95,11 +97,7 @@ def test_scaling_yarn_executors_1_to_2_mid_stream_trains_every_sample_once(
     topic = kafka_broker.new_topic(partitions=4)
     everything = {f"{topic}/{p}" for p in range(4)}
     produced = _produce(kafka_broker, topic, 800, 4, seed=31)
-    spec, job = _job(tmp_path, yarn_cluster, kafka_broker, topic)
-    doc = yaml.safe_load(Path(spec).read_text())
-    doc["spec"]["resources"]["roles"]["stream_executor"].update(replicas=1, min_replicas=1, max_replicas=2)
-    Path(spec).write_text(yaml.safe_dump(doc))
-    job = load_job(spec, env={})
+    spec, job = _job(tmp_path, yarn_cluster, kafka_broker, topic, replicas=1, min_replicas=1, max_replicas=2)
     discovery = SharedStateDiscovery(SharedStateDiscovery.for_stream(job, "realtime").directory, stale=STALE)
     backend = YarnBackend(job, spec, roles=["stream_executor"])
     reader = ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, takeover_after=STALE)

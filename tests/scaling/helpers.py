@@ -7,7 +7,7 @@ import dataclasses
 from primus_lib.metrics.readers import Snapshot, UsagePoint
 from primus_lib.scaling.base import Allocation, PolicyContext
 from primus_lib.spec import PrimusJob
-from tests.resources.conftest import DEMO
+from tests.fixtures.specs import DEMO_ROLES, demo_doc, load
 
 GIB = 2**30
 
@@ -34,16 +34,9 @@ def history(cores: list[float], mem: list[float] | None = None, end: float = 100
 
 
 def job(scaling: dict | None = None, role: dict | None = None) -> PrimusJob:
-    import os
-
-    os.environ.setdefault("PRIMUS_DATA", "/tmp")
-    from primus_lib.spec import load_job
-
-    doc = load_job(DEMO).model_dump(mode="json", exclude_none=True)
-    doc["spec"]["scaling"] = scaling or {}
-    if role:
-        doc["spec"]["resources"]["roles"]["data_executor"] = role
-    return PrimusJob.model_validate(doc)
+    """The demo job with ``scaling`` (default: the policies' defaults) and ``role`` as its data executors."""
+    roles = {**DEMO_ROLES, "data_executor": role} if role else DEMO_ROLES
+    return load(demo_doc(roles=roles, scaling=scaling or {}), check=False)
 
 
 # -- a real data executor process, scraped by Prometheus (tests/scaling/test_prometheus.py) ---------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_trainer_and_data_tasks_feed_the_scaler(scaled_job, caplog):
     job = scaled_job
     for hour in range(2):  # the mapped data tasks' work, then the Sink's commit (the 3rd hour never comes)
         run_window(job, "history", START + timedelta(hours=hour), workers=1)
-    metrics_dir = JobPaths.for_job(job).metrics_dir
+    metrics_dir = Path(JobPaths.for_job(job).metrics_dir)  # a local job's directory
     executors = sorted(p.name for p in metrics_dir.glob("data_executor-*.prom"))
     assert len(executors) >= 2  # one snapshot per task, named by task id
 
@@ -78,7 +79,7 @@ def test_trainer_and_data_tasks_feed_the_scaler(scaled_job, caplog):
 
 def test_metrics_failures_do_not_fail_a_data_task(scaled_job):
     job = scaled_job
-    metrics_dir = JobPaths.for_job(job).metrics_dir
+    metrics_dir = Path(JobPaths.for_job(job).metrics_dir)  # a local job's directory
     metrics_dir.parent.mkdir(parents=True, exist_ok=True)
     metrics_dir.write_text("not a directory")  # every snapshot write fails
     result = run_window(job, "history", START, workers=1)

@@ -1,5 +1,6 @@
-"""The horizontal policy: the paper's rule, the starvation/back-pressure guards, and the soundness
-of the default weights for CPU and memory, shown on the pool model of primus_lib.scaling.simulation."""
+"""The horizontal policy: the paper's rule, the starvation/back-pressure guards, the soundness
+of the default weights for CPU and memory, shown on the pool model of primus_lib.scaling.simulation,
+and the stream executors' rules (Kafka lag, saturation, their fixed costs)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from primus_lib.scaling.horizontal import DEFAULT_WEIGHTS, HorizontalPolicy
+from primus_lib.scaling.horizontal import (
+    DEFAULT_WEIGHTS,
+    STREAM_BUSY_CPU,
+    STREAM_LAG_MIN_ROWS,
+    STREAM_ROLE,
+    HorizontalPolicy,
+)
 from primus_lib.scaling.simulation import Load, PoolModel
 from primus_lib.spec import load_job
 from primus_lib.spec.scaling import HorizontalScaling
@@ -107,3 +114,57 @@ def test_shipped_specs_add_while_the_trainer_starves(path, monkeypatch):
     shipped = HorizontalPolicy(load_job(path).spec.scaling.horizontal)
     snap = snapshot(buffer=0.1, cpu=1.0, memory=1.0, starved=0.15)
     assert shipped.decide(context(snap)).action == "scale_up"
+
+
+# -- stream executors: the lag says how far behind, their CPU how hard they work ------------------
+STREAM = HorizontalPolicy(HorizontalScaling(step=1.0), STREAM_ROLE)  # bench/scaling.py's small pool
+
+
+def stream(cpu: float, lag: float, starved: float = 0.9, **kw):
+    return snapshot(buffer=0.0, cpu=cpu, memory=0.3, starved=starved, lag=lag, **kw)
+
+
+def test_saturated_stream_executors_behind_kafka_grow_by_the_whole_step():
+    # the trainer's wait read 0.12 with 125k rows in Kafka (it was training a batch window): sized
+    # by that wait the pool grew 2 -> 3 -> 4, a decision and a cooldown late
+    d = STREAM.decide(context(stream(cpu=0.99, lag=125_000, starved=0.12), replicas=2, hi=4, role=STREAM_ROLE))
+    assert (d.action, d.replicas) == ("scale_up", 4)
+    d = STREAM.decide(context(stream(cpu=0.99, lag=125_000, starved=0.12), replicas=3, hi=4, role=STREAM_ROLE))
+    assert d.replicas == 4  # bounded by max_replicas
+    quarter = HorizontalPolicy(HorizontalScaling(), STREAM_ROLE)  # the default step: a quarter of the pool
+    d = quarter.decide(context(stream(cpu=0.99, lag=125_000, starved=0.12), replicas=8, hi=16, role=STREAM_ROLE))
+    assert d.replicas == 10
+    # not saturated (they idle behind Kafka: throttled elsewhere): the trainer's wait sizes it
+    d = STREAM.decide(context(stream(cpu=0.5, lag=125_000, starved=0.12), replicas=2, hi=4, role=STREAM_ROLE))
+    assert d.replicas == 3  # 2 / 0.88 x 1.05 = 2.4
+
+
+def test_caught_up_stream_executors_shrink_to_what_their_work_needs():
+    idle = stream(cpu=0.1, lag=200)  # 4 x 0.1 = 0.4 of an executor: one does it under STREAM_BUSY_CPU
+    d = STREAM.decide(context(idle, replicas=4, hi=4, role=STREAM_ROLE))
+    assert (d.action, d.replicas) == ("scale_down", 1) and "caught up with Kafka (200 rows behind)" in d.reason
+    quarter = HorizontalPolicy(HorizontalScaling(), STREAM_ROLE)
+    assert quarter.decide(context(idle, replicas=4, hi=4, role=STREAM_ROLE)).replicas == 3  # a quarter at a time
+
+
+def test_executors_busy_with_their_fixed_costs_still_leave_one_at_a_time():
+    # measured after a surge (bench/scaling.py): 4 executors at 73% of 0.15 core serving 650 rows/s
+    # that one executor served at 77% before it; each pays its polls and Flight calls. By their CPU
+    # alone all 4 are needed (4 x 0.73 / 0.85 = 3.4): the rule removes one anyway, lag would add it back
+    assert 4 * 0.73 / STREAM_BUSY_CPU > 3
+    d = STREAM.decide(context(stream(cpu=0.73, lag=145), replicas=4, hi=4, role=STREAM_ROLE))
+    assert (d.action, d.replicas) == ("scale_down", 3)
+    d = STREAM.decide(context(stream(cpu=0.77, lag=177), replicas=2, hi=4, role=STREAM_ROLE))
+    assert d.replicas == 1
+
+
+def test_busy_starting_or_lagging_stream_executors_are_kept():
+    assert STREAM.decide(context(stream(cpu=STREAM_BUSY_CPU, lag=200), replicas=2, hi=4, role=STREAM_ROLE)) is None
+    assert STREAM.decide(context(stream(cpu=0.1, lag=200), replicas=1, hi=4, role=STREAM_ROLE)) is None  # the minimum
+    starting = stream(cpu=0.1, lag=200, executors=3)  # one of 4 asked for does not report yet
+    assert STREAM.decide(context(starting, replicas=4, hi=4, role=STREAM_ROLE)) is None
+    assert STREAM.decide(context(stream(cpu=0.1, lag=None), replicas=4, hi=4, role=STREAM_ROLE)) is None
+    behind = STREAM.decide(context(stream(cpu=0.3, lag=STREAM_LAG_MIN_ROWS), replicas=2, hi=4, role=STREAM_ROLE))
+    assert behind.action == "scale_up"
+    batch = HorizontalPolicy(HorizontalScaling(step=1.0)).decide(context(stream(cpu=0.1, lag=200), replicas=4))
+    assert batch.action == "scale_up"  # batch data executors: their rule (dry buffers, a starved trainer), not this

@@ -10,14 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
 from prometheus_client import REGISTRY
 
 from primus_lib.airflow_api import AirflowApi, AirflowApiError
 from primus_lib.metrics import ExecutorMetrics, TrainerMetrics
 from primus_lib.resources.table import read_json, resources_dir
 from tests.fake_http import FakeHTTP
-from tests.resources.conftest import make_job
+from tests.fixtures.specs import demo_doc, load, write_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins"))
 
@@ -54,13 +53,13 @@ def test_pool_requests_are_what_airflow_documents():
 def test_sensor_poke_applies_one_decision_per_role(airflow_api_server, job_env, monkeypatch):
     from primus_operators.sensors.scaler import PrimusScalerSensor
 
-    job = make_job({
+    roles = {
         "data_executor": {"replicas": 4, "min_replicas": 1, "max_replicas": 16, "cpu": 2, "memory": "4Gi"},
         "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 6, "command": ["sleep", "1"]},
         "trainer": {"command": ["sleep", "1"]},
-    }, name="scaler-demo")  # fmt: skip
-    spec = job_env / "job.yaml"
-    spec.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True)))
+    }
+    job = load(demo_doc(roles=roles, name="scaler-demo"), check=False)
+    spec = write_spec(job_env / "job.yaml", job)
     conn = {"conn_type": "http", "host": "127.0.0.1", "port": int(airflow_api_server.url.rsplit(":", 1)[1]),
             "login": airflow_api_server.username, "password": airflow_api_server.password}  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_AIRFLOW_API", json.dumps(conn))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry
 
 from primus_lib.data.flight_client import ExecutorStreamReader
@@ -17,8 +16,7 @@ from primus_lib.metrics.readers import PrometheusReader, RegistryReader, Textfil
 from primus_lib.paths import JobPaths
 from primus_lib.resources.discovery import LocalDiscovery
 from primus_lib.scaling import ScalingManager
-from primus_lib.scaling.horizontal import STREAM_IDLE_CPU, STREAM_LAG_MIN_ROWS, STREAM_ROLE, HorizontalPolicy
-from primus_lib.spec import load_job
+from primus_lib.scaling.horizontal import STREAM_BUSY_CPU, STREAM_LAG_MIN_ROWS, STREAM_ROLE, HorizontalPolicy
 from primus_lib.spec.scaling import HorizontalScaling
 from tests.data.test_stream_executor import _produce, _pull, _spec, executors  # noqa: F401
 from tests.fixtures._proc import free_port
@@ -42,12 +40,12 @@ def test_stream_executors_behind_kafka_are_added():
     assert POLICY.decide(context(back_pressured, replicas=1, hi=4, role=STREAM_ROLE)) is None
 
 
-def test_caught_up_stream_executors_leave_one_at_a_time_while_the_rest_would_idle():
+def test_caught_up_stream_executors_leave_down_to_what_their_work_needs():
     quiet = snapshot(**{**DRY, "cpu": 0.1}, lag=200)  # a surge's executors, after it: 3 x 0.1 cores busy
-    d = POLICY.decide(context(quiet, replicas=3, hi=4, role=STREAM_ROLE))
+    d = POLICY.decide(context(quiet, replicas=3, hi=4, role=STREAM_ROLE))  # the default step: 1 of 3
     assert d.action == "scale_down" and d.replicas == 2 and "caught up with Kafka (200 rows behind)" in d.reason
-    busy = snapshot(**{**DRY, "cpu": 0.4}, lag=200)  # 3 x 0.4 = 1.2 cores > 2 x STREAM_IDLE_CPU: keep them
-    assert 3 * 0.4 > 2 * STREAM_IDLE_CPU and POLICY.decide(context(busy, replicas=3, hi=4, role=STREAM_ROLE)) is None
+    busy = snapshot(**{**DRY, "cpu": STREAM_BUSY_CPU}, lag=200)  # each as busy as the rule keeps them
+    assert POLICY.decide(context(busy, replicas=3, hi=4, role=STREAM_ROLE)) is None
     assert POLICY.decide(context(quiet, replicas=1, hi=4, role=STREAM_ROLE)) is None  # at min_replicas
     assert POLICY.decide(context(snapshot(**{**DRY, "cpu": 0.1}), replicas=3, hi=4, role=STREAM_ROLE)) is None
     calm = snapshot(buffer=0.0, cpu=0.1, memory=0.1, lag=200)  # batch executors: not this rule
@@ -94,12 +92,8 @@ def test_a_real_executor_reports_its_lag_and_is_scaled_only_while_behind(
     executors,  # noqa: F811
 ):
     topic = kafka_broker.new_topic(partitions=2)
-    spec, _ = _spec(tmp_path, kafka_broker, topic, replicas=1)
-    doc = yaml.safe_load(spec.read_text())
-    doc["metadata"]["name"] = name = f"lag-{topic}"
-    doc["spec"]["resources"]["roles"]["stream_executor"] = {"replicas": 1, "min_replicas": 1, "max_replicas": 4}
-    spec.write_text(yaml.safe_dump(doc))
-    job = load_job(spec, env={})
+    name, executors_role = f"lag-{topic}", {"replicas": 1, "min_replicas": 1, "max_replicas": 4}
+    spec, job = _spec(tmp_path, kafka_broker, topic, name=name, roles={"stream_executor": executors_role})
     produced = _produce(kafka_broker, topic, 6000, 2, seed=41)
     port = free_port()
     monkeypatch.setenv("PRIMUS_METRICS_PORT", str(port))

@@ -8,13 +8,14 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from primus_lib.metrics.readers import TextfileReader
 from primus_lib.paths import JobPaths
 from primus_lib.scaling.step import reader_for, scaling_step
-from tests.resources.conftest import make_job
+from tests.fixtures.specs import demo_doc, load
 
 WRITER = """
 import sys
@@ -30,12 +31,15 @@ else:
     m.observe_process()
 write_snapshot(directory, f"w-{worker}", registry)
 """
+ROLES = {
+    "data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "cpu": 2, "memory": "1Gi"},
+    "trainer": {"command": ["true"]},
+}
 
 
 def test_snapshots_from_other_processes_drive_a_scaling_step(job_env):
-    job = make_job({"data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "cpu": 2, "memory": "1Gi"},
-                    "trainer": {"command": ["true"]}})  # fmt: skip
-    metrics_dir = JobPaths.for_job(job).metrics_dir
+    job = load(demo_doc(roles=ROLES), check=False)
+    metrics_dir = Path(JobPaths.for_job(job).metrics_dir)  # a local job's directory
     for worker, fill in (("0", 0.0), ("1", 0.1), ("trainer", 0.0)):
         subprocess.run([sys.executable, "-c", WRITER, str(metrics_dir), worker, str(fill)], check=True, env=os.environ)
     stale = metrics_dir / "w-old.prom"
@@ -73,16 +77,11 @@ SnapshotWriter(directory, f"w-{worker}", registry).write()
 def test_snapshots_on_s3_from_other_processes_drive_a_scaling_step(job_env, s3_env):
     """Executors and a trainer on other hosts PUT their snapshots (SnapshotWriter) into the job's
     metrics dir on S3 (SeaweedFS); the scaler lists and reads them there, skipping a stale one."""
-    from primus_lib.spec.job import PrimusJob
     from primus_lib.storage import StorageLocation
 
     bucket = f"primus-{uuid.uuid4().hex[:8]}"
     s3_env.filesystem().create_dir(bucket)
-    local = make_job({"data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "cpu": 2, "memory": "1Gi"},
-                      "trainer": {"command": ["true"]}})  # fmt: skip
-    doc = local.model_dump(mode="json", exclude_none=True)
-    doc["spec"]["storage"] = {"root": f"s3://{bucket}/jobs"}
-    job = PrimusJob.model_validate(doc)
+    job = load(demo_doc(roles=ROLES, storage={"root": f"s3://{bucket}/jobs"}), check=False)
     metrics_dir = JobPaths.for_job(job).metrics_dir
     assert isinstance(metrics_dir, StorageLocation)
     assert not isinstance(reader_for(job, "data_executor", None), TextfileReader)  # nothing written yet

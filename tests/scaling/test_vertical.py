@@ -16,7 +16,8 @@ from primus_lib.scaling.forecast import forecast_change
 from primus_lib.scaling.step import scaling_step
 from primus_lib.scaling.vertical import VerticalPolicy
 from primus_lib.spec.scaling import VerticalScaling
-from tests.data.helpers import T0, job_doc, make_job, write_layout
+from tests.data.helpers import T0, write_layout
+from tests.fixtures.specs import demo_doc, load
 from tests.scaling.helpers import GIB, context, history, snapshot
 
 POLICY = VerticalPolicy(VerticalScaling())  # lookback 10m, margin 0.15, min_change 0.25
@@ -70,9 +71,9 @@ def resized_job(tmp_path, monkeypatch):
     the vertical policy resizes them (horizontal off): cpu 1 -> 3, memory 2Gi -> 256 MiB."""
     monkeypatch.setenv("PRIMUS_CGROUP", "off")  # the RSS guard, whatever this machine allows
     write_layout(tmp_path / "data", hours=1, rows=50, files=1)
-    doc = job_doc(f"file://{tmp_path / 'data'}", hours=1)
+    doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100)
     doc["spec"]["scaling"]["horizontal"]["enabled"] = False
-    job = make_job(doc, tmp_path / "home")
+    job = load(doc, storage=tmp_path / "home" / "jobs")
     registry = CollectorRegistry()
     executor = ExecutorMetrics(job.name, "t0", 1, 2 * GIB, registry=registry)
     executor.observe_buffer(0.5, 1.0)

@@ -5,6 +5,7 @@ call never runs. The payload opens a marker file for writing; each test shows th
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -77,6 +78,9 @@ def test_load_latest_refuses_a_payload_in_a_local_checkpoint(tmp_path, form):
         torch.save(state, path / "state.pt")
     else:
         (path / "state.pt").write_bytes(pickle.dumps(state))
+    with pytest.raises(ValueError, match=r"state\.pt: \d+ bytes, .*checkpoint\.json records"):
+        load_latest(tmp_path / "ckpt")  # swapped under a commit that names other bytes: refused unread
+    _recommit(path, "state.pt")  # whoever can write the disk can write a well-formed commit too
     with pytest.raises(UnsafeCheckpointError, match=r"state\.pt: refused to load") as refused:
         load_latest(tmp_path / "ckpt")
     assert str(path / "state.pt") in str(refused.value) and "\n" not in str(refused.value)
@@ -84,6 +88,14 @@ def test_load_latest_refuses_a_payload_in_a_local_checkpoint(tmp_path, form):
     with open(path / "state.pt", "rb") as handle:  # the payload is live
         torch.load(handle, weights_only=False) if form == "torch.save" else pickle.load(handle)
     assert marker.exists()
+
+
+def _recommit(checkpoint, part: str) -> None:
+    """Record ``part``'s present size and sha256 in the checkpoint's ``checkpoint.json``."""
+    data = (checkpoint / part).read_bytes()
+    commit = json.loads((checkpoint / "checkpoint.json").read_text())
+    commit["parts"][part] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "checkpoint.json").put_atomic(json.dumps(commit).encode())
 
 
 def test_a_trainer_state_round_trips_through_the_weights_only_load(tmp_path, monkeypatch):

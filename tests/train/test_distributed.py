@@ -239,7 +239,7 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
     assert sum(stream.values()) == len(events)
     assert all(0.0 <= v["auc"] <= 1.0 and v["logloss"] > 0 for v in windows.values())
     assert len(progress["stream_position"]["realtime"]) == 2  # one replay share per rank
-    sharded = JobPaths.for_job(job).checkpoints / "sharded"
+    sharded = Path(JobPaths.for_job(job).checkpoints) / "sharded"  # a local job
     if sharding == "dmp":  # the model state went through torch.distributed.checkpoint, one file per rank
         assert sorted(p.name for p in next(sharded.iterdir()).glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     else:

@@ -4,6 +4,7 @@ checkpoints, progress.json."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 
 import pyarrow.compute as pc
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from primus_lib.evaluation.replay import TableStreamReader, stream_file
 from primus_lib.paths import JobPaths
 from primus_lib.train.checkpoint.store import load_latest
+from primus_lib.train.runtime.prefetch import Prefetcher
 from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.train.conftest import START, commit_windows
 
@@ -24,6 +26,7 @@ class LiveReader(TableStreamReader):
         super().__init__(table)
         self.paths = paths
         self.commits: list[tuple[dict, int | None]] = []
+        self.threads: list[str] = []  # the thread of each commit
 
     def end_of_data(self) -> bool:
         return False
@@ -33,6 +36,7 @@ class LiveReader(TableStreamReader):
         self.commits.append(
             (dict(position), None if ckpt is None else ckpt.position["stream"]["realtime"][0]["offsets"]["replay"])
         )
+        self.threads.append(threading.current_thread().name)
 
 
 def _events(job, until_hour: int):
@@ -89,6 +93,9 @@ def test_offline_reads_no_stream_and_online_no_batch(tiny, tmp_path, monkeypatch
     served, waiting = trainer.reader.served["realtime"], trainer.reader.buffers["realtime"].rows
     assert served % 64 == 0 and waiting < 64 and served + waiting == reader.table.num_rows
     assert len(reader.commits) >= 5  # stream-only: a checkpoint each time the stream enters a new hour
+    # the loop's checkpoints commit from the writer thread (a broker round trip stalls no step); the
+    # last one, written as the trainer stops, from the training thread
+    assert set(reader.threads[:-1]) == {"primus-checkpoint_0"} and reader.threads[-1] == "MainThread"
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
@@ -174,3 +181,27 @@ def test_a_lone_window_completes_without_the_next_one(tmp_path, monkeypatch, pre
     assert later == [64] * (sum(second) // 64) + ([sum(second) % 64] if sum(second) % 64 else [])
     ids = [i for _, step in _steps(log) for i in step]
     assert len(ids) == len(set(ids)) == sum(first + second)
+
+
+def test_fill_leaves_the_lock_alone_only_while_nothing_waits_to_move(tiny):
+    """``Inputs.nothing_staged``: staged rows, a window that started arriving, or an end-of-source flag
+    not yet moved are each something to move (``fill`` takes the lock for them)."""
+    _, job = tiny
+    trainer = Trainer(job, TrainerOptions(poll_interval=0.01), {"realtime": [TableStreamReader(_events(job, 1))]})
+    inputs = trainer.inputs
+    trainer.prefetch = Prefetcher(inputs.read, inputs.lock, 0.01)  # not started: this test reads for it
+    assert inputs.nothing_staged()
+    with inputs.lock:
+        inputs.read()  # rows staged
+    assert not inputs.nothing_staged()
+    trainer.fill()
+    assert inputs.nothing_staged() and trainer.reader.buffers["realtime"].rows > 0
+    for flag in ("exhausted", "drained"):
+        flipped = not getattr(trainer.reader.buffers["history"], flag)
+        setattr(inputs.staging["history"], flag, flipped)
+        assert not inputs.nothing_staged()
+        trainer.fill()
+        assert inputs.nothing_staged() and getattr(trainer.reader.buffers["history"], flag) is flipped
+    inputs.staged_seqs.append(1)
+    assert not inputs.nothing_staged()
+    inputs.close()

@@ -6,6 +6,7 @@ asks the backend to ensure the trainer runs, then hands the waiting to a trigger
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from primus_lib.credentials import mount, using
+from primus_lib.credentials import mount, private_directory, using
 from primus_lib.naming import API_CONNECTION, MODEL_ASSET, asset_uri
 from primus_lib.progress import consumed_metrics, progress_key, read_progress
 from primus_lib.settings import child_environment
@@ -94,7 +95,11 @@ class PrimusTrainerOperator(BaseOperator):
             paths = JobPaths.for_job(job)
             progress_path = str(paths.progress)
             if mode == "inline":  # the child reads the connections as secret files (a mounted Secret)
-                self._train_inline(start, mount(resolver, job.connection_ids(), paths.root / "connections"))
+                secrets = private_directory(job.name)
+                try:
+                    self._train_inline(start, mount(resolver, job.connection_ids(), secrets))
+                finally:
+                    shutil.rmtree(secrets, ignore_errors=True)
             else:
                 from primus_lib.resources import ensure_running
 

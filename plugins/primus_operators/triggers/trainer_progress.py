@@ -110,17 +110,15 @@ class TrainerProgressTrigger(BaseTrigger):
             await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
 
     async def _location(self) -> Any:
-        """The progress file: an S3 location with the connection's credentials, else the path."""
-        if not self.connection_id or not str(self.progress_path).startswith("s3://"):
+        """The progress file, on a remote store with the connection's credentials (resolved here,
+        in the triggerer, never through the environment), else the path."""
+        if not self.connection_id or "://" not in str(self.progress_path):
             return self.progress_path
-        from airflow.sdk import BaseHook
+        from primus_lib.storage import locate
+        from primus_operators.hooks.storage import PrimusStorageHook
 
-        from primus_operators.hooks.storage import storage_env
-
-        conn = await BaseHook.aget_connection(self.connection_id)
-        extra = await conn.aextra_dejson()
-        env = storage_env(conn.conn_type or "", conn.host, conn.port, conn.login, conn.password, extra)
-        return s3_location(self.progress_path, env)
+        credentials = await PrimusStorageHook(self.connection_id).acredentials()
+        return await asyncio.to_thread(locate, self.progress_path, credentials)
 
     async def _job_failure(self) -> str | None:
         if not self.spec_path:
@@ -132,22 +130,3 @@ class TrainerProgressTrigger(BaseTrigger):
         except Exception as exc:  # a status we cannot read is no verdict: keep waiting on progress
             log.warning("cannot read the job status of %s: %s", self.spec_path, exc)
             return None
-
-
-def s3_location(uri: str, env: dict[str, str]) -> Any:
-    """``uri`` (s3://BUCKET/KEY) on an S3 filesystem built from ``env`` (``storage_env``'s AWS_*)."""
-    from urllib.parse import urlsplit
-
-    import pyarrow.fs as pafs
-
-    from primus_lib.storage import StorageLocation
-
-    options: dict[str, Any] = {"region": env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    if env.get("AWS_ACCESS_KEY_ID"):
-        options.update(access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env.get("AWS_SECRET_ACCESS_KEY", ""))
-    endpoint = env.get("AWS_ENDPOINT_URL_S3")
-    if endpoint:
-        split = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-        options.update(endpoint_override=split.netloc, scheme=split.scheme)
-    path = uri[len("s3://") :].rstrip("/")
-    return StorageLocation(pafs.S3FileSystem(**options), path, "s3", path.split("/", 1)[0])

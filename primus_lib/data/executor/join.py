@@ -9,7 +9,6 @@ so a re-run of a window yields the same bytes.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -27,7 +26,6 @@ from primus_lib.data.sources.quality import clean_window
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.dataset import StreamSpec
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation
 
 _JOIN_TYPES = {"left": "left outer", "inner": "inner", "outer": "full outer"}
 
@@ -93,11 +91,7 @@ def join_window(
     }
     manifest = write_window(directory, table, stream=stream_name, window=wid, seed=seed,
                             rows_per_shard=stream.rows_per_shard, extra=extra)  # fmt: skip
-    staged = staging_dir(job, stream_name, wid)
-    if isinstance(staged, StorageLocation):
-        staged.delete()  # committed: intermediates go
-    else:
-        shutil.rmtree(staged, ignore_errors=True)
+    staging_dir(job, stream_name, wid).delete()  # committed: intermediates go
     lap("commit")
     return manifest
 

@@ -33,11 +33,11 @@ def batch_backlog(job: PrimusJob) -> float:
     consume writes one of them, which changes its size, inode or mtime (a timer-based cache went
     stale exactly when a window committed). Reading costs ~2 ms (SQLite through SQLAlchemy)."""
     paths = JobPaths.for_job(job)
-    if not (isinstance(paths.ledger, Path) and isinstance(paths.progress, Path)):
+    progress = paths.progress.version()
+    if paths.database or progress is None:  # PostgreSQL, or progress.json on an object store: no file to watch
         return _read_backlog(job)
     key = (str(paths.ledger), job.spec.airflow.max_active_runs, tuple(sorted(s.name for s in job.batch_streams)))
-    files = [paths.ledger, Path(f"{paths.ledger}-wal"), paths.progress]
-    state = [_stat(f) for f in files]
+    state = [_stat(paths.ledger), _stat(Path(f"{paths.ledger}-wal")), progress]
     cached = _backlogs.get(key)
     if cached is not None and cached[0] == state:
         return cached[1]
@@ -66,12 +66,14 @@ def _stat(path: Path) -> tuple[int, int, int, int] | None:
 def _read_backlog(job: PrimusJob) -> float:
     paths = JobPaths.for_job(job)
     streams = {s.name for s in job.batch_streams}
-    if not streams or (isinstance(paths.ledger, Path) and not paths.ledger.exists()):
+    if not streams:
         return 0.0
-    if isinstance(paths.ledger, Path):
+    if paths.database:
+        windows = [(w.stream, w.window) for w in _queue(str(paths.ledger), paths.ledger).windows()]
+    elif paths.ledger.exists():  # the SQLite file, once a role made it
         windows = _queued_in_sqlite(paths.ledger)
     else:
-        windows = [(w.stream, w.window) for w in _queue(str(paths.ledger), paths.ledger).windows()]
+        return 0.0
     queued = {progress_key(stream, window) for stream, window in windows if stream in streams}
     waiting = len(queued - set(read_progress(paths.progress)["consumed"]))
     ahead = job.spec.airflow.max_active_runs * len(streams)  # the windows the DAG runs at once

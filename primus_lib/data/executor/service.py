@@ -66,6 +66,7 @@ from primus_lib.resources.discovery import ExecutorDiscovery
 from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger(__name__)
+REPORTER_JOIN_SECONDS = 5.0
 
 
 @dataclass
@@ -126,6 +127,7 @@ class ExecutorService:
         self.generation = 0
         self._stop = threading.Event()
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
+        self._reporter: threading.Thread | None = None  # report(): writes the metrics snapshot
         schema = sample_schema(job.spec.features, job_keys(job))
         actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
                    "assign": self._assign, "partitions": lambda body: {"all": self.all_keys}, "ack": self._ack}  # fmt: skip
@@ -366,10 +368,13 @@ class ExecutorService:
         """Write this executor's metrics for the scaler (``service_metrics.py``)."""
         from primus_lib.data.executor.service_metrics import report
 
-        return report(self, every)
+        self._reporter = report(self, every)
+        return self._reporter
 
     def stop(self) -> None:
         self._stop.set()
+        if self._reporter is not None:
+            self._reporter.join(REPORTER_JOIN_SECONDS)  # its last act: removing the metrics snapshot
         self.buffer.close()
         if self.lanes is not None:
             self.lanes.close()

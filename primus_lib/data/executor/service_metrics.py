@@ -27,7 +27,8 @@ def lag_rows(service: ExecutorService) -> int:
 
 def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
     """Write the executor's metrics ``<job>/metrics/stream_executor-<stream>-<index>.prom`` every
-    ``every`` seconds, and serve /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set."""
+    ``every`` seconds, and serve /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT+index when that is set;
+    the file is removed once the service stops (a killed executor's stays until the readers ignore it)."""
     role = service.job.spec.resources.roles.get(ROLE)  # its allotment: the scaler's latest, else the spec
     cpu, memory = role_resources(service.job, ROLE) if role else (1.0, float(2**31))
     registry = CollectorRegistry()
@@ -46,6 +47,8 @@ def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
             metrics.add_samples(service.rows_in - counted)
             counted = service.rows_in
             writer.write()
+        # stopped (a scale-down, a restart): no last words, or the scaler counts it as running for minutes
+        guarded("removing the executor's snapshot", lambda: (writer.directory / f"{writer.name}.prom").delete())
 
     thread = threading.Thread(target=loop, name="executor-metrics", daemon=True)
     thread.start()

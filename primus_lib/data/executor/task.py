@@ -1,35 +1,31 @@
 """Run one batch data task: read, decode, and stage it as an Arrow IPC file (atomic, idempotent).
 
-The staged file is ``<job>/staging/<stream>/<window-id>/<source>/<task-id>.arrow``. It is
-written to a temp name and renamed, so a killed executor leaves no half file where the join
-looks; running a task again finds the staged file and returns it unchanged. Staged files are
-intermediates and are not fsynced (like a shuffle file): after a host crash a torn one fails
-the IPC footer check (in ``read_staged``, or when the task runs again) and is removed so the
-task can be run again. The
-committed window (shards + manifest) is fsynced.
+The staged file is ``<job state>/staging/<stream>/<window-id>/<source>/<task-id>.arrow``. It is
+put atomically (``StorageLocation.writer(atomic=True)``), so a killed executor leaves no half file
+where the join looks; running a task again finds the staged file and returns it unchanged. Staged
+files are intermediates and are not fsynced (like a shuffle file): after a host crash a torn one
+fails the IPC footer check (in ``read_staged``, or when the task runs again) and is removed so the
+task can be run again. The committed window (shards + manifest) is durable.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import uuid
 import zlib
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pyarrow as pa
 
 from primus_lib.data.executor.metrics import TaskMetrics
 from primus_lib.data.sources.files import read_task
 from primus_lib.data.task import DataTask
-from primus_lib.durable import Crc32, ipc_bytes, write_ipc_digest
+from primus_lib.durable import Crc32, Digesting, write_ipc
 from primus_lib.paths import JobPaths
 from primus_lib.resources.limits import Limits, enforced
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation
+from primus_lib.storage import StorageLocation, Where, locate
 
 EXECUTOR_ROLE = "data_executor"  # whose allotment (scaling/resources.json, else the spec) a task runs under
 
@@ -58,13 +54,13 @@ def checksum(data: bytes | pa.Buffer) -> str:
     return f"crc32:{zlib.crc32(data):08x}"
 
 
-def staging_dir(job: PrimusJob, stream: str, window: str) -> Path | StorageLocation:
+def staging_dir(job: PrimusJob, stream: str, window: str) -> StorageLocation:
     """Where a window's staged task outputs go: next to the committed windows (``JobPaths.state``),
     so a Joiner on another host (another private working directory) finds them."""
     return JobPaths.for_job(job).state / "staging" / stream / window
 
 
-def staging_path(job: PrimusJob, task: DataTask) -> Path | StorageLocation:
+def staging_path(job: PrimusJob, task: DataTask) -> StorageLocation:
     return staging_dir(job, task.stream, task.window) / task.source / f"{task.id}.arrow"
 
 
@@ -75,13 +71,11 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     ``ceil(cpu)`` Arrow/OpenMP threads, a memory cap (``MemoryCapExceeded`` past it).
     ``timings``, if given, accumulates the seconds spent reading + decoding and staging."""
     path = staging_path(job, task)
-    if isinstance(path, StorageLocation):
-        return _execute_remote(job, task, path, timings)
     if path.exists():
         try:
             return _describe(task.id, path)
         except pa.ArrowInvalid:  # torn by a host crash (staged files are not fsynced): stage it again
-            path.unlink(missing_ok=True)
+            path.delete()
     limits = Limits.for_role(job, EXECUTOR_ROLE)  # read at start: the scaler may have resized the role
     with enforced(limits, f"data task {task.id}") if limits else nullcontext():
         began = time.perf_counter()
@@ -90,15 +84,10 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
         began += measured
         table = read_task(job, task).combine_chunks()
         read = time.perf_counter()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
-        try:
-            crc = Crc32()
-            write_ipc_digest(tmp, table, crc)  # not fsynced: an intermediate (see above)
-            digest = f"crc32:{crc.hexdigest()}"  # == checksum(the file's bytes)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with path.writer(atomic=True, durable=False) as handle:  # not fsynced: an intermediate (see above)
+            out = Digesting(handle, Crc32())
+            write_ipc(out, table)
+        digest = f"crc32:{out.digest.hexdigest()}"  # == checksum(the file's bytes)
         staged = time.perf_counter()
         if report is not None:
             report.finish(table.num_rows)
@@ -139,52 +128,16 @@ class StagedOutputCorrupt(RuntimeError):
     """A staged task output cannot be read (torn by a crash); it was removed: run the task again."""
 
 
-def _execute_remote(
-    job: PrimusJob, task: DataTask, path: StorageLocation, timings: dict[str, float] | None
-) -> TaskOutput:
-    """On remote storage: the staged file is one PUT (whole or absent); an existing one is kept."""
-    if path.exists():
-        try:
-            return _describe_bytes(task.id, str(path), path.read_bytes())
-        except pa.ArrowInvalid:
-            path.delete()
-    limits = Limits.for_role(job, EXECUTOR_ROLE)
-    with enforced(limits, f"data task {task.id}") if limits else nullcontext():
-        report = TaskMetrics.start(job, task.id)
-        began = time.perf_counter()
-        table = read_task(job, task).combine_chunks()
-        read = time.perf_counter()
-        data = ipc_bytes(table).to_pybytes()
-        path.put_atomic(data)
-        if timings is not None:
-            timings["read_decode"] = timings.get("read_decode", 0.0) + read - began
-            timings["stage"] = timings.get("stage", 0.0) + time.perf_counter() - read
-        if report is not None:
-            report.finish(table.num_rows)
-    return TaskOutput(task.id, str(path), table.num_rows, checksum(data))
-
-
-def read_staged(path: Path | StorageLocation) -> pa.Table:
-    if isinstance(path, StorageLocation):
-        try:
-            return pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
-        except pa.ArrowInvalid as exc:
-            path.delete()
-            raise StagedOutputCorrupt(
-                f"{path}: unreadable staged output ({exc}); removed it, run the task again"
-            ) from None
+def read_staged(path: Where) -> pa.Table:
+    path = locate(path)
     try:
-        with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_file(source).read_all()
+        return pa.ipc.open_file(path.read_buffer()).read_all()
     except pa.ArrowInvalid as exc:
-        path.unlink(missing_ok=True)
+        path.delete()
         raise StagedOutputCorrupt(f"{path}: unreadable staged output ({exc}); removed it, run the task again") from None
 
 
-def _describe(task_id: str, path: Path) -> TaskOutput:
-    return _describe_bytes(task_id, str(path), path.read_bytes())
-
-
-def _describe_bytes(task_id: str, path: str, data: bytes) -> TaskOutput:
+def _describe(task_id: str, path: StorageLocation) -> TaskOutput:
+    data = path.read_bytes()
     rows = pa.ipc.open_file(pa.BufferReader(data)).read_all().num_rows
-    return TaskOutput(task_id, path, rows, checksum(data))
+    return TaskOutput(task_id, str(path), rows, checksum(data))

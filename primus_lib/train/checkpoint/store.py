@@ -1,50 +1,46 @@
 """Checkpoints: model + optimizer state + data position, committed together atomically.
 
-A checkpoint is a directory ``ckpt-<step>-<nonce>/`` holding ``state.pt`` (torch state),
+A checkpoint is a directory ``ckpt-<step>-<millis>-<nonce>/`` holding ``state.pt`` (torch state),
 ``position.json`` (queue cursor, stream offsets, per-window statistics) and one
-``pending-<stream>.arrow`` per buffer with rows that were read but not yet trained. It is
-built under a hidden name and renamed into place; ``LATEST`` (rewritten by rename) names the
-committed one. A reader never sees half a checkpoint, and the data position always matches
-the model: the rows in the pending files plus everything after the cursor are exactly the
-rows the model has not trained on.
+``pending-<stream>.arrow`` per buffer with rows that were read but not yet trained, then
+``checkpoint.json`` (each part's size and sha256) LAST: the store's one commit protocol
+(``primus_lib.storage.commit``), the same on the local disk, S3 and HDFS. There is no mutable
+pointer: ``load_latest`` lists the directory and takes the newest checkpoint whose
+``checkpoint.json`` exists, and reads each part checked against it. A reader never sees half a
+checkpoint, and the data position always matches the model: the rows in the pending files plus
+everything after the cursor are exactly the rows the model has not trained on.
 
-On S3 or WebHDFS (``directory`` a ``primus_lib.storage.StorageLocation``) there is no rename and
-no mutable pointer: the parts are written into ``ckpt-<step>-<millis>-<nonce>/`` and
-``checkpoint.json`` (each part's size and sha256) LAST, in one PUT. ``load_latest`` lists the
-directory and takes the newest checkpoint whose ``checkpoint.json`` exists and whose parts
-match it; a torn one (a writer killed before its checkpoint.json) is never read, and pruned
-once a newer checkpoint is committed. A full disk fails the save with an OSError naming the
-file (torch.save is given an open file: on a path it reports only "unexpected pos"); the
-staging directory goes, and ``LATEST`` still names the previous checkpoint. ``state.pt`` is read
-back with ``weights_only`` (``safe_load.py``): a checkpoint holding code is refused, never run.
+Recovery: a checkpoint without ``checkpoint.json`` (a writer killed or failed before it) is never
+read; the trainer is the one writer, so the next commit prunes every such directory that sorts
+below it, with the committed ones past the newest ``keep``. A full disk fails the save with an
+OSError naming the file (torch.save is given an open file: on a path it reports only "unexpected
+pos"); the failed checkpoint's parts go, and the previous checkpoint stays the latest. A job's
+checkpoints written before this protocol (a directory renamed into place and named by a ``LATEST``
+file) are read while no checkpoint.json is committed beside them. ``state.pt`` is read back with
+``weights_only`` (``safe_load.py``): a checkpoint holding code is refused, never run.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import torch
 
-from primus_lib.durable import atomic_write, fsync_path, ipc_bytes, naming, write_ipc
-from primus_lib.storage import StorageLocation, locate
+from primus_lib.durable import write_ipc
+from primus_lib.storage import Part, Parts, StorageLocation, Where, locate, read_part
 from primus_lib.train.checkpoint.safe_load import load_torch
 
-LATEST = "LATEST"
-COMMIT = "checkpoint.json"  # the commit point of a checkpoint on remote storage, written last
+COMMIT = "checkpoint.json"  # a checkpoint's manifest, written last
+LATEST = "LATEST"  # the pointer of the layout before checkpoint.json (read only)
 
 
 @dataclass
 class Checkpoint:
-    path: Path | StorageLocation
+    path: StorageLocation
     step: int
     state: dict
     position: dict
@@ -52,65 +48,91 @@ class Checkpoint:
 
 
 def save_checkpoint(
-    directory: Path | StorageLocation,
+    directory: Where,
     step: int,
     state: dict,
     position: dict,
     pending: dict[str, pa.Table | None],
     keep: int = 2,
-) -> Path | StorageLocation:
+) -> StorageLocation:
     directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        return _save_remote(directory, step, state, position, pending, keep)
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"ckpt-{step:010d}-{uuid.uuid4().hex[:8]}"
-    staging = directory / f".{name}.tmp"
-    staging.mkdir()
-    try:
-        with naming(staging / "state.pt"), open(staging / "state.pt", "wb") as handle:
-            torch.save(state, handle)
+    target = directory / f"ckpt-{step:010d}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:6]}"
+    with Parts(target) as parts:
+        written = []
+        with parts.writer("state.pt") as out:
+            torch.save(state, out)
+        written.append(Part("state.pt", out.size, out.digest.hexdigest()))
         files = {}
         for stream, table in pending.items():
             if table is not None and table.num_rows:
                 files[stream] = f"pending-{stream}.arrow"
-                write_ipc(staging / files[stream], table, fsync=False)  # fsynced below with the rest
-        with naming(staging / "position.json"):
-            (staging / "position.json").write_text(json.dumps({"step": step, "pending": files, **position}, indent=1))
-        for child in staging.iterdir():
-            fsync_path(child)
-        fsync_path(staging)  # its entries, before the rename publishes them
-        os.rename(staging, directory / name)
-        fsync_path(directory)
-        atomic_write(directory / LATEST, name)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+                with parts.writer(files[stream]) as out:
+                    write_ipc(out, table)
+                written.append(Part(files[stream], out.size, out.digest.hexdigest()))
+        document = json.dumps({"step": step, "pending": files, **position}, indent=1).encode()
+        written.append(parts.put("position.json", document))
+        commit = {"step": step, "parts": {p.name: {"size": p.size, "sha256": p.sha256} for p in written}}
+        parts.commit(COMMIT, json.dumps(commit, indent=1, sort_keys=True).encode())  # the commit point
     _prune(directory, keep)
-    return directory / name
+    return target
 
 
-def load_latest(directory: Path | StorageLocation) -> Checkpoint | None:
+def load_latest(directory: Where) -> Checkpoint | None:
+    """The newest committed checkpoint under ``directory``, None before the first."""
     directory = locate(directory)
-    if isinstance(directory, StorageLocation):
-        return _load_remote(directory)
+    committed, _ = committed_checkpoints(directory)
+    if not committed:
+        return _load_pointed(directory)
+    path = directory / committed[-1]
+    commit = json.loads((path / COMMIT).read_text())
+    parts = {
+        name: read_part(path, Part(name, expected["size"], expected["sha256"]), COMMIT)
+        for name, expected in commit["parts"].items()
+    }
+    position = json.loads(parts["position.json"].to_pybytes())
+    state = load_torch(parts["state.pt"].to_pybytes(), path / "state.pt")
+    pending = {s: pa.ipc.open_file(parts[f]).read_all() for s, f in position.get("pending", {}).items()}
+    return Checkpoint(path, int(position["step"]), state, position, pending)
+
+
+def committed_checkpoints(directory: StorageLocation) -> tuple[list[str], list[str]]:
+    """(committed, uncommitted) checkpoint names under ``directory``, oldest first; the one a
+    ``LATEST`` of the previous layout names counts as committed while no checkpoint.json is."""
+    committed, torn = [], []
+    for entry in directory.list():
+        if entry.is_dir and entry.name.startswith(("ckpt-", ".ckpt-")):
+            (committed if (directory / entry.name / COMMIT).exists() else torn).append(entry.name)
+    if not committed:
+        pointed = _pointed(directory)
+        if pointed in torn:
+            torn.remove(pointed)
+            committed.append(pointed)
+    return committed, torn
+
+
+def _pointed(directory: StorageLocation) -> str | None:
     try:
-        name = (directory / LATEST).read_text().strip()
+        return (directory / LATEST).read_text().strip()
     except FileNotFoundError:
+        return None
+
+
+def _load_pointed(directory: StorageLocation) -> Checkpoint | None:
+    """The checkpoint ``LATEST`` names (the layout before checkpoint.json), None without one."""
+    name = _pointed(directory)
+    if name is None:
         return None
     path = directory / name
     try:
         position = json.loads((path / "position.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise RuntimeError(f"{path}: checkpoint named by {directory / LATEST} is unreadable: {exc}") from None
-    state = load_torch(path / "state.pt")
-    pending = {}
-    for stream, file in position.get("pending", {}).items():
-        with pa.memory_map(str(path / file)) as source:
-            pending[stream] = pa.ipc.open_file(source).read_all()
+    state = load_torch((path / "state.pt").read_bytes(), path / "state.pt")
+    pending = {s: pa.ipc.open_file((path / f).read_buffer()).read_all() for s, f in position.get("pending", {}).items()}
     return Checkpoint(path, int(position["step"]), state, position, pending)
 
 
-def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
+def check_checkpoint(path: StorageLocation, pos: dict, mode: str, world_size: int) -> None:
     """A checkpoint resumes only the same mode and the same number of ranks (each rank's cursors
     follow its share of the data)."""
     if pos.get("mode") != mode:
@@ -123,75 +145,13 @@ def check_checkpoint(path: Path, pos: dict, mode: str, world_size: int) -> None:
         )
 
 
-def _prune(directory: Path, keep: int) -> None:
-    latest = (directory / LATEST).read_text().strip()
-    committed = sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
-    stale = [p for p in committed if p.name != latest][: max(0, len(committed) - keep)]
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    for path in directory.iterdir():  # staging dirs of a killed writer
-        if path.name.startswith(".ckpt-") and path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _save_remote(directory: StorageLocation, step: int, state: dict, position: dict,
-                 pending: dict[str, pa.Table | None], keep: int) -> StorageLocation:  # fmt: skip
-    target = directory / f"ckpt-{step:010d}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:6]}"
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    parts: dict[str, bytes] = {"state.pt": buffer.getvalue()}
-    files = {}
-    for stream, table in pending.items():
-        if table is not None and table.num_rows:
-            files[stream] = f"pending-{stream}.arrow"
-            parts[files[stream]] = ipc_bytes(table)
-    parts["position.json"] = json.dumps({"step": step, "pending": files, **position}, indent=1).encode()
-    for name, data in parts.items():
-        (target / name).write_bytes(data)
-    commit = {
-        "step": step,
-        "parts": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in parts.items()},
-    }
-    (target / COMMIT).put_atomic(json.dumps(commit, indent=1, sort_keys=True).encode())  # the commit point
-    _prune_remote(directory, keep)
-    return target
-
-
-def _committed_remote(directory: StorageLocation) -> tuple[list[str], list[str]]:
-    """(committed, torn) checkpoint names, oldest first."""
-    committed, torn = [], []
-    for entry in directory.list():
-        if entry.is_dir and entry.name.startswith("ckpt-"):
-            (committed if (directory / entry.name / COMMIT).exists() else torn).append(entry.name)
-    return committed, torn
-
-
-def _load_remote(directory: StorageLocation) -> Checkpoint | None:
-    committed, _ = _committed_remote(directory)
-    for name in reversed(committed):
-        path = directory / name
-        commit = json.loads((path / COMMIT).read_text())
-        parts = {}
-        for part, expected in commit["parts"].items():
-            data = (path / part).read_bytes()
-            if len(data) != expected["size"] or hashlib.sha256(data).hexdigest() != expected["sha256"]:
-                raise RuntimeError(f"{path / part}: does not match {path / COMMIT} (size or sha256)")
-            parts[part] = data
-        position = json.loads(parts["position.json"])
-        state = load_torch(parts["state.pt"], path / "state.pt")
-        pending = {
-            s: pa.ipc.open_file(pa.py_buffer(parts[f])).read_all() for s, f in position.get("pending", {}).items()
-        }
-        return Checkpoint(path, int(position["step"]), state, position, pending)
-    return None
-
-
-def _prune_remote(directory: StorageLocation, keep: int) -> None:
-    """Keep the newest ``keep`` committed checkpoints; drop torn ones older than the newest commit
-    (their writer is gone: one trainer writes a checkpoint directory)."""
-    committed, torn = _committed_remote(directory)
-    if not committed:
+def _prune(directory: StorageLocation, keep: int) -> None:
+    """Keep the newest ``keep`` committed checkpoints; drop uncommitted ones that sort below the
+    newest commit (their writer is gone: one trainer writes checkpoints) and a stale ``LATEST``."""
+    committed, torn = committed_checkpoints(directory)
+    if not committed or not (directory / committed[-1] / COMMIT).exists():
         return
     stale = committed[: max(0, len(committed) - keep)] + [t for t in torn if t < committed[-1]]
     for name in stale:
         (directory / name).delete()
+    (directory / LATEST).delete()

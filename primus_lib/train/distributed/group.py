@@ -50,16 +50,18 @@ class Group:
 
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (float64: exact for counts below 2**53)."""
+        if not self.active:  # every step asks: no tensor for a world of one
+            return [float(v) for v in values]
         tensor = torch.tensor(values, dtype=torch.float64)
-        if self.active:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.tolist()
 
     def max(self, values: list[float]) -> list[float]:
         """Element-wise maximum over ranks."""
+        if not self.active:
+            return [float(v) for v in values]
         tensor = torch.tensor(values, dtype=torch.float64)
-        if self.active:
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return tensor.tolist()
 
     def reduce_grads(self, params: list[torch.nn.Parameter], tables: list[torch.nn.Parameter] = ()) -> None:

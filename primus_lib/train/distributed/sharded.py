@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -50,7 +49,7 @@ from torch import nn
 
 from primus_lib.settings import settings
 from primus_lib.spec.job import PrimusJob
-from primus_lib.storage import StorageLocation, locate
+from primus_lib.storage import StorageLocation, Where, locate
 from primus_lib.train.checkpoint.sharded import MODELS, prune_models
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model.batch import Batch
@@ -145,7 +144,7 @@ class ShardedStepper:
         *,
         device: torch.device | None = None,
         types: tuple[str, ...] | None = None,
-        checkpoint_root: Path | StorageLocation | None = None,
+        checkpoint_root: Where | None = None,
         **overrides,
     ):
         self.config = config or StepConfig.resolve(job, **overrides)
@@ -272,8 +271,6 @@ class ShardedStepper:
             prune_models(root)
         nonce = self.group.broadcast(uuid.uuid4().hex[:8])
         name = f"{MODELS}/model-{step:010d}-{nonce}"
-        if isinstance(root, Path):  # S3/WebHDFS have no directories to make
-            (root / MODELS).mkdir(parents=True, exist_ok=True)
         self.save_sharded(root / name, extra={"step": step})
         return {"sharded_model": name, "evidence": self.evidence.state_dict()}
 
@@ -288,21 +285,21 @@ class ShardedStepper:
         self.load_sharded(self._root() / state["sharded_model"])
         self.evidence.load_state_dict(state["evidence"])
 
-    def _root(self) -> Path | StorageLocation:
+    def _root(self) -> StorageLocation:
         if self.checkpoint_root is None:
             raise RuntimeError(
                 "ShardedStepper(checkpoint_root=...) is needed to checkpoint (the trainer's checkpoints dir)"
             )
-        return self.checkpoint_root
+        return locate(self.checkpoint_root)
 
-    def save_sharded(self, directory: Path | StorageLocation, extra: dict | None = None) -> Path | StorageLocation:
+    def save_sharded(self, directory: Where, extra: dict | None = None) -> StorageLocation:
         """Write a DCP checkpoint to ``directory`` atomically (collective; ``sharded_checkpoint.py``)."""
         from primus_lib.train.checkpoint.sharded import save_dcp
 
         plan = {t: [[s, r] for s, r in v] for t, v in table_placement(self.dmp).items()}
         return save_dcp(self, directory, extra, plan)
 
-    def load_sharded(self, directory: Path | StorageLocation) -> dict:
+    def load_sharded(self, directory: Where) -> dict:
         """Load a ``save_sharded`` directory into this (freshly built) sharded model (collective)."""
         from primus_lib.train.checkpoint.sharded import load_dcp
 

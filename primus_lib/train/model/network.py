@@ -81,6 +81,8 @@ class TwoTowerModel(nn.Module):
 
     def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
         pooled = self.embeddings(sparse)
+        if pooled.keys() == self.keys:  # the tables' order (always, unless a collection reorders them)
+            return pooled.values()
         return torch.cat([pooled[k] for k in self.keys], dim=1)
 
     def inputs(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:

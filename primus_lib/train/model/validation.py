@@ -21,6 +21,8 @@ resumes with the rows of the new process. A data-parallel world sums each step's
 from __future__ import annotations
 
 import math
+import operator
+from itertools import compress, islice, repeat
 
 import numpy as np
 import torch
@@ -42,38 +44,37 @@ class DelayedValidation:
         self.loss = dict(PRIOR)
         self.scored = 0.0
         self.every = 1  # keep one stream row in ``every`` (by its id's hash)
-        self.pending: dict[str, tuple[float, float]] = {}  # id -> (memory logit, adapt logit)
+        self.pending: dict[str, complex] = {}  # id -> memory logit + adapt logit * 1j
 
     def record(self, ids: list[str] | None, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> None:
         """A stream minibatch's logits, before its step."""
         if not ids:
             return
-        memory, adapt = memory_logit.detach().cpu().numpy(), adapt_logit.detach().cpu().numpy()
+        pairs = np.empty(len(ids), np.complex128)  # (memory, adapt) as one number: one object per row
+        pairs.real, pairs.imag = memory_logit.detach().cpu().numpy(), adapt_logit.detach().cpu().numpy()
         every = self.every
-        for i, key in enumerate(ids):
-            if every == 1 or hash(key) % every == 0:
-                self.pending[key] = (float(memory[i]), float(adapt[i]))
+        if every == 1:
+            self.pending.update(zip(ids, pairs.tolist(), strict=True))  # in C, as in score
+        else:
+            self.pending.update((k, p) for k, p in zip(ids, pairs.tolist(), strict=True) if hash(k) % every == 0)
         if len(self.pending) > self.capacity:  # the oldest go; fewer rows are kept from now on
             self.every *= 2
-            for key in list(self.pending)[: len(self.pending) - self.capacity // 2]:
+            for key in list(islice(self.pending, len(self.pending) - self.capacity // 2)):
                 del self.pending[key]
 
     def score(self, ids: list[str] | None, labels: torch.Tensor) -> list[float]:
         """The losses of a batch minibatch's rows that were kept: ``[memory, adapt, mean, rows]``."""
         if not ids or not self.pending:
             return [0.0, 0.0, 0.0, 0.0]
-        found, logits = [], []
-        for i, key in enumerate(ids):
-            got = self.pending.pop(key, None)
-            if got is not None:
-                found.append(i)
-                logits.append(got)
-        if not found:
+        got = list(map(self.pending.pop, ids, repeat(None)))  # a Python loop over the rows took 4x longer
+        found = np.fromiter(map(operator.is_not, got, repeat(None)), dtype=bool, count=len(got))
+        if not found.any():
             return [0.0, 0.0, 0.0, 0.0]
         y = labels.detach().cpu().numpy()[found].astype(np.float64)
-        memory, adapt = np.asarray(logits, dtype=np.float64).T
+        pairs = np.fromiter(compress(got, found), dtype=np.complex128)
+        memory, adapt = pairs.real, pairs.imag
         losses = [_log_loss(memory, y).sum(), _log_loss(adapt, y).sum(), _log_loss((memory + adapt) / 2, y).sum()]
-        return [*map(float, losses), float(len(found))]
+        return [*map(float, losses), float(len(pairs))]
 
     def add(self, increments: list[float]) -> None:
         """Fold in a step's losses (summed over ranks in a data-parallel world)."""

@@ -18,6 +18,7 @@ from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation, locate
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.distributed.ranks import owns_shard
 
@@ -32,8 +33,18 @@ class BatchFeed:
     data-parallel trainer the feed reads only the shards its rank owns (``ranks.owns_shard``).
     """
 
-    def __init__(self, queue: TrainingQueue, stream: str, lag: timedelta, ts_column: str, rank: int = 0, size: int = 1):
+    def __init__(
+        self,
+        queue: TrainingQueue,
+        stream: str,
+        lag: timedelta,
+        ts_column: str,
+        rank: int = 0,
+        size: int = 1,
+        where: Callable[[str], StorageLocation] = locate,
+    ):
         self.queue = queue
+        self.where = where  # a queued window's URI -> its location, with the job's store credentials
         self.rank = rank
         self.size = size
         self.stream = stream
@@ -79,7 +90,7 @@ class BatchFeed:
         start_ms = epoch_ms(parse_window_id(window.window))
         if not gate(start_ms + self.lag_ms):
             return None
-        manifest = read_manifest(window.path)
+        manifest = read_manifest(self.where(window.path))
         if manifest is None:
             raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
         if self.seq != window.seq:
@@ -89,7 +100,9 @@ class BatchFeed:
             self.done_seq = window.seq
             return pa.table({SEQ_COLUMN: pa.array([], pa.int64())})
         info = manifest.shards[self.shard]
-        table = read_shard(window.path, info)  # a local path or the s3:// / webhdfs:// URI the queue recorded
+        table = read_shard(
+            self.where(window.path), info
+        )  # a local path or the s3:// / webhdfs:// URI the queue recorded
         self.shard += 1
         self._skip_foreign(len(manifest.shards))
         if self.shard >= len(manifest.shards):
@@ -104,7 +117,7 @@ class BatchFeed:
         """Rows of ``window`` this rank trains (all of them in a world of one)."""
         if self.size == 1:
             return window.rows
-        manifest = read_manifest(window.path)
+        manifest = read_manifest(self.where(window.path))
         if manifest is None:
             raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
         return sum(s.rows for i, s in enumerate(manifest.shards) if owns_shard(i, self.rank, self.size))
@@ -180,3 +193,12 @@ def stream_readers(
         s.name: [ExecutorStreamReader(discovery_for(job, s.name), rank=rank, size=size, shuffle=s.shuffle)]
         for s in job.stream_streams
     }
+
+
+def open_stream_readers(job: PrimusJob) -> dict[str, list[StreamReader]]:
+    """Every stream source of the job through the data plane's ``open_stream``."""
+    try:
+        from primus_lib.data.sources import open_stream
+    except ImportError as exc:
+        raise RuntimeError(f"the data plane's primus_lib.data.sources.open_stream is not available: {exc}") from None
+    return {s.name: [open_stream(job, s, source) for source in s.sources] for s in job.stream_streams}

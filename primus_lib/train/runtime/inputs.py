@@ -30,6 +30,7 @@ from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
 from primus_lib.spec.job import PrimusJob
+from primus_lib.storage import StorageLocation, locate
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.model.modes import reads, switches
 from primus_lib.train.runtime.feeds import BatchFeed, StreamFeed
@@ -65,6 +66,7 @@ class Inputs:
         high_water: int = 4,
         flush_grace: float = 2.0,
         queue: TrainingQueue | None = None,
+        where: Callable[[str], StorageLocation] = locate,
         clock: Callable[[], float] = time.time,
     ):
         spec = job.spec
@@ -81,7 +83,7 @@ class Inputs:
         self.stream_feeds: dict[str, list[StreamFeed]] = {}
         if reads(mode, "batch"):
             for stream in job.batch_streams:
-                self.batch_feeds[stream.name] = BatchFeed(queue, stream.name, stream.lag, self.ts, rank, size)
+                self.batch_feeds[stream.name] = BatchFeed(queue, stream.name, stream.lag, self.ts, rank, size, where)
                 buffers.append(Buffer(stream.name, "batch", weights.get(stream.name, 1.0), self.ts))
         self.gates_batch = reads(mode, "stream") and not switches(mode)
         if reads(mode, "stream"):
@@ -219,6 +221,15 @@ class Inputs:
     def batch_phase_over(self) -> bool:
         """offline_then_online: every batch buffer is exhausted and empty."""
         return all(self.reader.buffers[n].exhausted and self.reader.buffers[n].rows == 0 for n in self.batch_feeds)
+
+    def nothing_staged(self) -> bool:
+        """No staged rows, windows or end-of-source flags wait to be moved (``transfer``). Read without
+        the lock: a hint, which the next look corrects (only ``transfer`` moves them, under the lock)."""
+        buffers = self.reader.buffers
+        return not self.staged_seqs and all(
+            not s.rows and s.exhausted == buffers[n].exhausted and s.drained == buffers[n].drained
+            for n, s in self.staging.items()
+        )
 
     def any_full(self) -> bool:
         return any(b.full(self.batch_size) for b in self.reader.buffers.values())

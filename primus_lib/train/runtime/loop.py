@@ -34,6 +34,7 @@ from primus_lib.train.model.modes import check_mode, default_switch, max_lag, re
 from primus_lib.train.model.objective import StepConfig
 from primus_lib.train.model.stepper import Stepper, make_stepper
 from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
+from primus_lib.train.runtime.feeds import open_stream_readers
 from primus_lib.train.runtime.feeds import stream_readers as choose_stream_readers
 from primus_lib.train.runtime.inputs import Inputs, Limits
 from primus_lib.train.runtime.options import TrainerOptions
@@ -86,15 +87,15 @@ class Trainer:
         )
         readers = stream_readers
         if readers is None and reads(self.mode, "stream"):
-            direct = (
-                (lambda j: open_rank_stream_readers(j, self.rank, self.size)) if group.active else open_stream_readers
-            )
+            rank_readers = lambda j: open_rank_stream_readers(j, self.rank, self.size)  # noqa: E731
+            direct = rank_readers if group.active else open_stream_readers
             readers = choose_stream_readers(job, direct, self.rank, self.size)
         grace = options.flush_grace if options.flush_grace is not None else options.poll_interval
         if queue is None and reads(self.mode, "batch"):
             queue = TrainingQueue(self.paths.ledger)
         self.inputs = Inputs(job, self.mode, limits, readers or {}, self.registry, rank=self.rank, size=self.size,
-                             high_water=options.high_water, flush_grace=grace, queue=queue, clock=clock)  # fmt: skip
+                             high_water=options.high_water, flush_grace=grace, queue=queue, where=self.paths.locate,
+                             clock=clock)  # fmt: skip
         self.coordinator.attach(self.inputs)
         self.batch_feeds, self.stream_feeds = self.inputs.batch_feeds, self.inputs.stream_feeds
         until = options.until_window
@@ -156,7 +157,10 @@ class Trainer:
                 self.inputs.read()
                 return self._transfer()
         self.prefetch.check()
-        if not lock.acquire(blocking=not self.inputs.any_full()):
+        full = self.inputs.any_full()
+        if full and self.inputs.nothing_staged():  # the common case: train on, no lock taken
+            return False
+        if not lock.acquire(blocking=not full):
             return False
         try:
             moved = self._transfer()
@@ -266,30 +270,40 @@ class Trainer:
         self.windows.done_since_checkpoint = False
         if wait or type(self.coordinator) is not SingleProcess:  # a world's save is a collective
             self.coordinator.save(snapshot, self.stepper)
-            self._durable(snapshot, self.windows.consumed)
+            self._publish(snapshot, self.windows.consumed)
+            self._durable()
             return
         # the live dicts and tensors move on with training: the writer gets copies (Arrow is immutable)
         snapshot.position = copy.deepcopy(position)
         state = _State(copy.deepcopy(self.stepper.state_dict()))
         if self.writer is None:
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="primus-checkpoint")
-        self.in_flight = (self.writer.submit(self.coordinator.save, snapshot, state), snapshot)
+        self.in_flight = (self.writer.submit(self._write, snapshot, state), snapshot)
+
+    def _write(self, snapshot: Snapshot, state: _State) -> None:
+        """The writer thread: the checkpoint, then what waits for it to be durable (broker commits and
+        file writes that would otherwise stall training)."""
+        self.coordinator.save(snapshot, state)
+        self._publish(snapshot, snapshot.position["consumed"])
 
     def settle(self, block: bool) -> None:
-        """Publish the checkpoint in flight once it is durable (now, when ``block``)."""
+        """Take note of the checkpoint in flight once it is durable and published (now, when ``block``)."""
         if self.in_flight is None or not (block or self.in_flight[0].done()):
             return
-        future, snapshot = self.in_flight
+        future, _ = self.in_flight
         self.in_flight = None
         future.result()  # a failed write fails the trainer, as a synchronous one does
-        self._durable(snapshot, snapshot.position["consumed"])
+        self._durable()
 
-    def _durable(self, snapshot: Snapshot, consumed: dict[str, dict]) -> None:
-        """The checkpoint of ``snapshot`` is durable: merged windows, offsets, progress, metrics."""
-        self.windows.merged(self.coordinator.merged_keys)
+    def _publish(self, snapshot: Snapshot, consumed: dict[str, dict]) -> None:
+        """The checkpoint of ``snapshot`` is durable: commit its offsets, then progress.json."""
         self.inputs.commit(snapshot.position["stream"])  # only now is the position durable
         self.coordinator.publish(snapshot, consumed)
         self.sample_log.checkpoint(snapshot.step)
+
+    def _durable(self) -> None:
+        """After a publish, on the training thread: windows merged over ranks, the metrics snapshot."""
+        self.windows.merged(self.coordinator.merged_keys)
         self.publish_metrics()
 
     def publish_metrics(self) -> None:
@@ -365,18 +379,8 @@ class Trainer:
                 log.info("no new data%s for %.0fs: exiting", " on any rank" if self.size > 1 else "", options.idle_exit)
                 break
             if not arrived:
-                time.sleep(
-                    options.poll_interval if self.prefetch is None else max(0.001, min(options.poll_interval, 0.01))
-                )
-
-
-def open_stream_readers(job: PrimusJob) -> dict[str, list[StreamReader]]:
-    """Every stream source of the job through the data plane's ``open_stream``."""
-    try:
-        from primus_lib.data.sources import open_stream
-    except ImportError as exc:
-        raise RuntimeError(f"the data plane's primus_lib.data.sources.open_stream is not available: {exc}") from None
-    return {s.name: [open_stream(job, s, source) for source in s.sources] for s in job.stream_streams}
+                pause = options.poll_interval if self.prefetch is None else min(options.poll_interval, 0.01)
+                time.sleep(max(0.001, pause))
 
 
 class _State:

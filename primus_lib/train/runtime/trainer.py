@@ -16,10 +16,26 @@ from prometheus_client import CollectorRegistry
 from primus_lib.data.stream import StreamReader
 from primus_lib.spec.job import PrimusJob
 from primus_lib.train.model.modes import default_switch, max_lag
-from primus_lib.train.runtime.loop import Trainer, open_stream_readers
+from primus_lib.train.runtime.feeds import open_stream_readers
+from primus_lib.train.runtime.loop import Trainer
 from primus_lib.train.runtime.options import TrainerOptions
 
-__all__ = ["Trainer", "TrainerOptions", "default_switch", "max_lag", "open_stream_readers", "run_trainer"]
+__all__ = [
+    "Trainer",
+    "TrainerOptions",
+    "compute_threads",
+    "default_switch",
+    "max_lag",
+    "open_stream_readers",
+    "run_trainer",
+]
+
+
+def compute_threads(job: PrimusJob) -> int:
+    """Torch's intra-op threads: the trainer role's cores but one, which the prefetch and checkpoint
+    threads use. Two threads on two loaded cores made each step 10-17x slower (docs/training.md):
+    an OpenMP team waits, spinning, for a member the other threads took the core from."""
+    return max(1, int(job.spec.resources.roles["trainer"].cpu) - 1)
 
 
 def run_trainer(
@@ -31,7 +47,7 @@ def run_trainer(
     """Start the process group when launched by torchrun, run the trainer, tear the group down."""
     from primus_lib.train.distributed.group import maybe_init_distributed
 
-    torch.set_num_threads(max(1, int(job.spec.resources.roles["trainer"].cpu)))  # the role's allotment
+    torch.set_num_threads(compute_threads(job))
     maybe_init_distributed(job.spec.training.collective_timeout)
     try:
         trainer = Trainer(job, options, stream_readers, registry)

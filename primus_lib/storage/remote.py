@@ -1,0 +1,213 @@
+"""Object stores and HDFS as backends of the store: retries while the store is away, HDFS's rename.
+
+A store that is unreachable or answers "try again" (a restart, 5xx, SlowDown) costs each remote
+call a bounded wait (``primus_lib.storage.RETRY_SECONDS``, 120 s: a library default, not a
+setting), then a ``StorageUnavailable`` naming the object; a store this process never reached (a
+wrong endpoint) fails at once. Every wrapped call is safe to repeat: a PUT replaces the whole
+object, a read or delete changes nothing more the second time. Local calls are never retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+    from primus_lib.storage.location import StorageLocation
+
+log = logging.getLogger("primus_lib.storage")
+P = ParamSpec("P")
+R = TypeVar("R")
+# What the AWS SDK (through pyarrow) and the WebHDFS client say when the store is away or busy.
+_TRANSIENT = ("NETWORK_CONNECTION", "curlCode", "SERVICE_UNAVAILABLE", "SLOW_DOWN", "INTERNAL_FAILURE",
+              "REQUEST_TIMEOUT", "THROTTLING", "Connection refused", "Couldn't connect", "timed out",
+              "HTTP response code: 5", "Max retries exceeded")  # fmt: skip
+_REACHED: set[int] = set()  # id() of the (cached, shared) filesystems that answered once
+
+
+class StorageUnavailable(OSError):
+    """The object store stayed unreachable (or kept answering "try again") past the retry bound."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | IsADirectoryError):
+        return False
+    return isinstance(exc, ConnectionError | TimeoutError) or (
+        isinstance(exc, OSError) and any(mark in str(exc) for mark in _TRANSIENT)
+    )
+
+
+def retried(call: Callable[Concatenate[StorageLocation, P], R]) -> Callable[Concatenate[StorageLocation, P], R]:
+    """``call`` asked again while its remote store is away, up to ``RETRY_SECONDS``."""
+
+    @functools.wraps(call)
+    def run(where: StorageLocation, *args: P.args, **kwargs: P.kwargs) -> R:
+        if where.scheme == "file":
+            return call(where, *args, **kwargs)
+        from primus_lib import storage  # the bound is read per call: tests shorten it in-process
+
+        bound = storage.RETRY_SECONDS
+
+        def outage(exc: BaseException) -> bool:
+            return _transient(exc) and id(where.fs) in _REACHED
+
+        retrying = Retrying(
+            retry=retry_if_exception(outage),
+            stop=stop_after_delay(bound),
+            wait=wait_exponential(multiplier=0.1, max=3.0),
+            before_sleep=lambda state: log.warning(
+                "%s: %s failed (%s), attempt %d; retrying", where, call.__name__,
+                first_line(state.outcome.exception()), state.attempt_number,
+            ),
+            reraise=True,
+        )  # fmt: skip
+        try:
+            for attempt in retrying:
+                with attempt:
+                    result = call(where, *args, **kwargs)
+                    _REACHED.add(id(where.fs))
+                    return result
+        except OSError as exc:
+            if not outage(exc):
+                raise
+            raise StorageUnavailable(
+                f"{where}: {call.__name__} failed for {bound:.0f}s (the retry bound), the store is "
+                f"unreachable: {first_line(exc)}"
+            ) from None
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    return run
+
+
+def first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _replaced_under_reader(exc: BaseException) -> bool:
+    """What fsspec's WebHDFS client raises when the file it opened was replaced or removed."""
+    return isinstance(exc, FileNotFoundError) or "out of the range" in str(exc)
+
+
+def _same_version(before: pafs.FileInfo, after: pafs.FileInfo) -> bool:
+    return (after.type, after.size, after.mtime) == (before.type, before.size, before.mtime)
+
+
+@retried
+def read_bytes(where: StorageLocation) -> bytes:
+    """The object's bytes; FileNotFoundError when it does not exist.
+
+    On HDFS a file that ``put_atomic`` replaces while it is read (a registry heartbeat) is read
+    again: the WebHDFS client sizes its reads at open, so a replacement of another length fails the
+    read or cuts it short. S3 serves one GET whole."""
+    import pyarrow.fs as pafs
+
+    from primus_lib import storage
+
+    for _ in range(storage.REREADS):
+        before = where.fs.get_file_info(where.path)
+        if before.type != pafs.FileType.File:
+            raise FileNotFoundError(str(where))
+        try:
+            with where.fs.open_input_stream(where.path) as stream:
+                data = stream.read()
+        except (RuntimeError, OSError) as exc:
+            if where.scheme != "webhdfs" or not _replaced_under_reader(exc):
+                raise
+            continue
+        if where.scheme != "webhdfs" or _same_version(before, where.fs.get_file_info(where.path)):
+            return data
+    raise OSError(f"{where}: replaced while being read, {storage.REREADS} times in a row")
+
+
+@retried
+def write_bytes(where: StorageLocation, data: bytes) -> None:
+    """One PUT (visible whole on S3 once it completes; not atomic on HDFS)."""
+    if where.scheme != "s3":  # S3 has no directories; HDFS wants the parent
+        where.fs.create_dir(where.parent.path, recursive=True)
+    with where.fs.open_output_stream(where.path) as stream:
+        stream.write(data)
+
+
+def put_atomic(where: StorageLocation, data: bytes) -> None:
+    """S3: one PUT (an object is never seen half-written); HDFS: a temp file renamed over the
+    target in one step, so a reader finds the old version or the new one, never neither."""
+    if where.scheme == "s3":
+        write_bytes(where, data)
+        return
+    tmp = where.parent / f".{where.name}.tmp-{uuid.uuid4().hex[:8]}"
+    write_bytes(tmp, data)
+    try:
+        if where.scheme == "webhdfs":
+            _rename_over(where, tmp, data)
+        else:  # libhdfs' move does not overwrite
+            if exists(where):
+                delete(where)
+            where.fs.move(tmp.path, where.path)
+    except BaseException:
+        delete(tmp)
+        raise
+
+
+@retried
+def _rename_over(where: StorageLocation, source: StorageLocation, data: bytes) -> None:
+    """WebHDFS RENAME with ``renameoptions=OVERWRITE``: the NameNode's rename2, which replaces
+    the target atomically (fsspec's ``mv`` has no such option, hence its raw call).
+
+    Asked again after an outage, the source may be gone because the first rename landed and only
+    its answer was lost: done when the target holds ``data``."""
+    client = where.fs.handler.fs
+    try:
+        client._call("RENAME", method="put", path=source.path, destination=where.path, renameoptions="OVERWRITE")
+    except FileNotFoundError:
+        if exists(source) or not exists(where) or read_bytes(where) != data:
+            raise
+
+
+@retried
+def exists(where: StorageLocation) -> bool:
+    import pyarrow.fs as pafs
+
+    return where.fs.get_file_info(where.path).type != pafs.FileType.NotFound
+
+
+@retried
+def info(where: StorageLocation, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+    return where.fs.get_file_info(selector)
+
+
+@retried
+def delete(where: StorageLocation) -> None:
+    """Remove this file or directory tree; nothing happens when it is gone already."""
+    import pyarrow.fs as pafs
+
+    kind = where.fs.get_file_info(where.path).type
+    try:
+        if kind == pafs.FileType.Directory:
+            where.fs.delete_dir(where.path)
+        elif kind == pafs.FileType.File:
+            where.fs.delete_file(where.path)
+    except FileNotFoundError:
+        pass
+
+
+def refusing(error: Exception) -> pafs.FileSystem:
+    """A filesystem whose every call raises ``error`` (a connection that could not be resolved)."""
+    import pyarrow.fs as pafs
+
+    def refuse(self, *args, **kwargs):
+        raise type(error)(str(error))
+
+    names = [n for n in dir(pafs.FileSystemHandler) if not n.startswith("_")]
+    methods = {n: refuse for n in names if n != "get_type_name"}
+    handler = type("Refusing", (pafs.FileSystemHandler,), {**methods, "get_type_name": lambda self: "unresolved"})
+    handler.__eq__ = lambda self, other: self is other
+    handler.__ne__ = lambda self, other: self is not other
+    return pafs.PyFileSystem(handler())
