@@ -83,10 +83,15 @@ class RoleUsage:
         core_seconds = sum(s.cpu * (s.last - s.first) for s in self.seen.values())
         used = sum(s.cpu_last - s.cpu_base for s in self.seen.values())
         began = self.began or 0.0
-        return {"core_seconds": round(core_seconds, 1), "used_cpu_seconds": round(used, 1),
-                "cpu_util": round(used / core_seconds, 4) if core_seconds else None,
-                "processes": [[round(s.first - began, 1), round(s.last - began, 1), s.cpu,
-                               round(s.cpu_last - s.cpu_base, 1)] for s in self.seen.values()]}  # fmt: skip
+        return {
+            "core_seconds": round(core_seconds, 1),
+            "used_cpu_seconds": round(used, 1),
+            "cpu_util": round(used / core_seconds, 4) if core_seconds else None,
+            "processes": [
+                [round(s.first - began, 1), round(s.last - began, 1), s.cpu, round(s.cpu_last - s.cpu_base, 1)]
+                for s in self.seen.values()
+            ],
+        }
 
 
 def _tree_cpu_seconds(process: psutil.Process) -> float:
@@ -119,8 +124,9 @@ def starvation_behind(rows: list[dict]) -> float | None:
 def one_run(args: argparse.Namespace, replicas: int, scale: bool, server: KafkaServer | None = None) -> dict:
     executors, trainer = RoleUsage(ROLE), RoleUsage("trainer")
     load_before = os.getloadavg()[0]
-    rows, decisions, queued_at = surge.run_surge(args, replicas, scale,
-                                                 lambda b, t: (executors(b, t), trainer(b, t)), server)  # fmt: skip
+    rows, decisions, queued_at = surge.run_surge(
+        args, replicas, scale, lambda b, t: (executors(b, t), trainer(b, t)), server
+    )
     phases = (args.before, args.before + args.surge)
     brief = surge.summary(rows, decisions, phases, args, queued_at)
     in_surge = [r for r in rows if phases[0] <= r["t"] < phases[1]]
@@ -194,7 +200,7 @@ def compare(args: argparse.Namespace, statics: list[int]) -> dict:
             "step": args.step,
             "bound": "trainer_starvation_behind <= the scaled run's",
             "throughput": "stream rows trained per allotted stream-executor core-second",
-        },  # fmt: skip
+        },
         "real_scaled": scaled,
         "real_static": {str(n): r for n, r in runs.items()},
     }

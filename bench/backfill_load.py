@@ -110,12 +110,15 @@ def start_airflow(root: Path, job, db_url: str, parallelism: int, **settings: st
     from tests.fixtures.airflow import start_airflow_processes
 
     return start_airflow_processes(
-        root, job, db_url, PASSWORD,
+        root,
+        job,
+        db_url,
+        PASSWORD,
         AIRFLOW__CORE__PARALLELISM=str(parallelism),
         AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=str(parallelism),
         AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="1200",
         **settings,
-    )  # fmt: skip
+    )
 
 
 def stop_airflow(stack) -> None:
@@ -179,8 +182,14 @@ def window_times(runs: list[dict]) -> list[dict]:
     for run in done:
         start, end = _utc(run["start_date"]), _utc(run["end_date"])
         interval = (end - previous).total_seconds() if previous else None
-        out.append({"run_id": run["dag_run_id"], "state": run["state"], "duration": (end - start).total_seconds(),
-                    "interval": interval})  # fmt: skip
+        out.append(
+            {
+                "run_id": run["dag_run_id"],
+                "state": run["state"],
+                "duration": (end - start).total_seconds(),
+                "interval": interval,
+            }
+        )
         previous = end
     return out
 
@@ -194,10 +203,12 @@ def summarise(times: list[dict], edge: int = EDGE) -> dict:
     first, last = times[:edge], times[-edge:]
     first_interval, last_interval = _mean([t["interval"] for t in first]), _mean([t["interval"] for t in last])
     return {
-        "first_interval_s": first_interval, "last_interval_s": last_interval,
-        "first_duration_s": _mean([t["duration"] for t in first]), "last_duration_s": _mean([t["duration"] for t in last]),
+        "first_interval_s": first_interval,
+        "last_interval_s": last_interval,
+        "first_duration_s": _mean([t["duration"] for t in first]),
+        "last_duration_s": _mean([t["duration"] for t in last]),
         "growth_ratio": round(last_interval / first_interval, 3) if first_interval and last_interval else None,
-    }  # fmt: skip
+    }
 
 
 def fit(samples: list[dict], key: str) -> float | None:
@@ -219,14 +230,29 @@ class Backfill:
     complete: bool
 
 
-def run_backfill(api, name: str, windows: int, airflow_url: str, ledger_url: str, max_active_runs: int,
-                 budget: float, sample_every: float = 15.0, log: Callable[[str], None] = print) -> Backfill:  # fmt: skip
+def run_backfill(
+    api,
+    name: str,
+    windows: int,
+    airflow_url: str,
+    ledger_url: str,
+    max_active_runs: int,
+    budget: float,
+    sample_every: float = 15.0,
+    log: Callable[[str], None] = print,
+) -> Backfill:
     """One backfill of the first ``windows`` windows (trainer mode skip), waited for at most ``budget`` s."""
     api.set_paused(name, False)
     api.set_pool_slots(pool_name(name), max(2, max_active_runs))
-    body = {"dag_id": name, "from_date": iso(START), "to_date": iso(START + timedelta(hours=windows - 1)),
-            "run_backwards": False, "reprocess_behavior": "failed", "max_active_runs": max_active_runs,
-            "dag_run_conf": {"mode": "skip"}}  # fmt: skip
+    body = {
+        "dag_id": name,
+        "from_date": iso(START),
+        "to_date": iso(START + timedelta(hours=windows - 1)),
+        "run_backwards": False,
+        "reprocess_behavior": "failed",
+        "max_active_runs": max_active_runs,
+        "dag_run_conf": {"mode": "skip"},
+    }
     backfill = api.create_backfill(body)
     began, samples, runs = time.monotonic(), [], []
     deadline, next_sample = began + budget, began
@@ -236,8 +262,14 @@ def run_backfill(api, name: str, windows: int, airflow_url: str, ledger_url: str
         now = time.monotonic()
         if now >= next_sample or finished >= windows:
             sizes = db_sizes(airflow_url, ledger_url)
-            samples.append({"seconds": round(now - began, 1), "finished": finished,
-                            "airflow_db_bytes": sizes["airflow_db_bytes"], "ledger_db_bytes": sizes["ledger_db_bytes"]})  # fmt: skip
+            samples.append(
+                {
+                    "seconds": round(now - began, 1),
+                    "finished": finished,
+                    "airflow_db_bytes": sizes["airflow_db_bytes"],
+                    "ledger_db_bytes": sizes["ledger_db_bytes"],
+                }
+            )
             log(
                 f"{now - began:7.0f}s  {finished}/{windows} windows  airflow db {sizes['airflow_db_bytes'] / 2**20:.1f} MiB"
             )
@@ -249,8 +281,12 @@ def run_backfill(api, name: str, windows: int, airflow_url: str, ledger_url: str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--windows", type=int, default=int(os.environ.get("PRIMUS_BENCH_WINDOWS", "500")),
-                        help="windows to backfill (default $PRIMUS_BENCH_WINDOWS or 500)")  # fmt: skip
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=int(os.environ.get("PRIMUS_BENCH_WINDOWS", "500")),
+        help="windows to backfill (default $PRIMUS_BENCH_WINDOWS or 500)",
+    )
     parser.add_argument("--budget", type=float, help="seconds to wait for the backfill (default 300 + 15 per window)")
     parser.add_argument("--parallelism", type=int, default=4, help="Airflow task slots")
     parser.add_argument("--max-active-runs", type=int, default=4)
@@ -291,11 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     finished = [t for t in times if t["state"] in ("success", "failed")]
     summary = summarise(finished)
     result = {
-        "bench": "backfill_load", "windows": args.windows, "finished": len(finished), "succeeded": sum(t["state"] == "success" for t in times),
-        "complete": done.complete, "parallelism": args.parallelism, "max_active_runs": args.max_active_runs,
-        **summary, "ratio": summary["growth_ratio"],  # the last windows' interval / the first windows'
-        "airflow_rows_per_window_first": _mean(rows[:EDGE]), "airflow_rows_per_window_last": _mean(rows[-EDGE:]),
-        "queued": len(queued), "queued_once": len({w for _, w in queued}) == len(queued),
+        "bench": "backfill_load",
+        "windows": args.windows,
+        "finished": len(finished),
+        "succeeded": sum(t["state"] == "success" for t in times),
+        "complete": done.complete,
+        "parallelism": args.parallelism,
+        "max_active_runs": args.max_active_runs,
+        **summary,
+        "ratio": summary["growth_ratio"],  # the last windows' interval / the first windows'
+        "airflow_rows_per_window_first": _mean(rows[:EDGE]),
+        "airflow_rows_per_window_last": _mean(rows[-EDGE:]),
+        "queued": len(queued),
+        "queued_once": len({w for _, w in queued}) == len(queued),
         "airflow_db_bytes": [before["airflow_db_bytes"], after["airflow_db_bytes"]],
         "ledger_db_bytes": [before["ledger_db_bytes"], after["ledger_db_bytes"]],
         "ledger_tables_end": after["ledger"],
@@ -303,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "ledger_db_bytes_per_window": fit(done.samples, "ledger_db_bytes"),
         "elapsed_s": done.samples[-1]["seconds"] if done.samples else None,
         "samples": done.samples,
-    }  # fmt: skip
+    }
     print(json.dumps(result))
     return 0 if result["succeeded"] == len(finished) else 1
 

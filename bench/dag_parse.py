@@ -85,8 +85,13 @@ def processor(folders: list[str], rounds: int) -> None:
                 result = _parse_file(request, log)
                 took, cpu = time.perf_counter() - start, time.process_time() - cpu
                 heavy = sorted(m for m in HEAVY if m not in before and _is_package(m))
-                out = {"ms": took * 1000, "cpu_ms": cpu * 1000, "dags": len(result.serialized_dags) if result else 0,
-                       "errors": sorted(result.import_errors) if result else [], "heavy": heavy}  # fmt: skip
+                out = {
+                    "ms": took * 1000,
+                    "cpu_ms": cpu * 1000,
+                    "dags": len(result.serialized_dags) if result else 0,
+                    "errors": sorted(result.import_errors) if result else [],
+                    "heavy": heavy,
+                }
                 os.write(write, json.dumps(out).encode())
                 os._exit(0)
             os.close(write)
@@ -112,8 +117,9 @@ def generate(root: Path, specs: int) -> tuple[Path, dict[str, str]]:
     dags.mkdir()
     shutil.copy2(ROOT / "dags" / "primus_dags.py", dags / "primus_dags.py")  # the factory is the installed package's
     env = {"PRIMUS_JOBS_DIR": str(jobs)}
-    subprocess.run([sys.executable, str(dags / "primus_dags.py")], env={**os.environ, **env}, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(dags / "primus_dags.py")], env={**os.environ, **env}, check=True, capture_output=True
+    )
     return dags, env
 
 
@@ -121,24 +127,38 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="primus-bench-dags-") as tmp:
         root = Path(tmp)
         dags, env = generate(root, SPECS)
-        env = {**os.environ, **env, "AIRFLOW_HOME": str(root / "airflow"), "PRIMUS_DATA": str(root / "data"),
-               "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-               "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "airflow" / "plugins"),  # the plugin: its entry point
-               "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR"}  # fmt: skip
+        env = {
+            **os.environ,
+            **env,
+            "AIRFLOW_HOME": str(root / "airflow"),
+            "PRIMUS_DATA": str(root / "data"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "airflow" / "plugins"),  # the plugin: its entry point
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for folder in (ROOT / "primus_lib", ROOT / "plugins", dags):
             compileall.compile_dir(folder, quiet=1)
         empty = root / "empty"  # Airflow's own cost of a DAG file, for comparison
         empty.mkdir()
         (empty / "empty_dag.py").write_text(EMPTY_DAG)
-        out = subprocess.run([sys.executable, __file__, "--processor", str(ROUNDS), str(dags), str(empty)], env=env,
-                             check=True, capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, __file__, "--processor", str(ROUNDS), str(dags), str(empty)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         parsed = json.loads(out.stdout.strip().splitlines()[-1])
     per_file, whole = parsed["files"], parsed["whole_folder"]
     generated = {p: runs for p, runs in per_file.items() if "/primus_jobs/" in p}
     medians = {p: statistics.median(r["ms"] for r in runs) for p, runs in generated.items()}
-    others = {Path(p).name: round(statistics.median(r["ms"] for r in runs), 1) for p, runs in per_file.items()
-              if p not in generated}  # fmt: skip
+    others = {
+        Path(p).name: round(statistics.median(r["ms"] for r in runs), 1)
+        for p, runs in per_file.items()
+        if p not in generated
+    }
     errors = sorted({e for runs in per_file.values() for r in runs for e in r["errors"]})
     heavy = sorted({m for runs in per_file.values() for r in runs for m in r["heavy"]})
     cpu_ms = statistics.mean(statistics.median(r["cpu_ms"] for r in runs) for runs in generated.values())
@@ -146,8 +166,10 @@ def main() -> None:
     empty_cpu = round(statistics.median(r["cpu_ms"] for r in empty_runs), 1) if empty_runs else None
     values = sorted(medians.values())
     ms = statistics.mean(values) if values else float("nan")
-    print(f"{len(values)} generated DAG files, {ROUNDS} rounds: mean {ms:.1f} ms, median "
-          f"{statistics.median(values):.1f}, max {values[-1]:.1f}; other files {others}; heavy {heavy}")  # fmt: skip
+    print(
+        f"{len(values)} generated DAG files, {ROUNDS} rounds: mean {ms:.1f} ms, median "
+        f"{statistics.median(values):.1f}, max {values[-1]:.1f}; other files {others}; heavy {heavy}"
+    )
     result = {
         "bench": "dag_parse",
         "ms_per_file_100_specs": round(ms, 1),

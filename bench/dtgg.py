@@ -77,12 +77,24 @@ def default_storage(work: Path, connection: dict) -> None:
 def job_for(root_uri: str, home: Path):
     source = {"format": "parquet", "success_marker": "_SUCCESS"}
     doc = {
-        "apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "bench-dtgg"},
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusJob",
+        "metadata": {"name": "bench-dtgg"},
         "spec": {
             "timer": {"start": "2026-11-01T00:00:00Z", "end": END.strftime("%Y-%m-%dT%H:%M:%SZ"), "window": "1h"},
-            "dataset": {"streams": [{"name": "history", "kind": "batch", "sources": [
-                {**source, "name": s, "uri": f"{root_uri}/{s}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/"} for s in SOURCES],
-                "join": {"keys": ["request_id"]}}]},
+            "dataset": {
+                "streams": [
+                    {
+                        "name": "history",
+                        "kind": "batch",
+                        "sources": [
+                            {**source, "name": s, "uri": f"{root_uri}/{s}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/"}
+                            for s in SOURCES
+                        ],
+                        "join": {"keys": ["request_id"]},
+                    }
+                ]
+            },
             "features": {"label": "clicked", "timestamp": "ts", "sparse": [{"name": "user_id", "buckets": 10}]},
             "model": {"memory_tower": [8], "adapt_tower": [8]},
             "training": {"mode": "offline"},
@@ -90,7 +102,7 @@ def job_for(root_uri: str, home: Path):
             "scaling": {"horizontal": {"enabled": False}},
             "storage": {"root": str(home)},
         },
-    }  # fmt: skip
+    }
     return job_from_document(doc, env={})
 
 
@@ -173,8 +185,16 @@ def runners(job, end, threads: int, recorded: dict | None) -> dict:
     }
 
 
-def measure(job, *, repeats: int = 1, threads: int = THREADS, proxy: HttpLatencyProxy | None = None,
-            recorded: dict | None = None, only: tuple[str, ...] = PLANNERS, skip_repeats: tuple[str, ...] = ()) -> dict:  # fmt: skip
+def measure(
+    job,
+    *,
+    repeats: int = 1,
+    threads: int = THREADS,
+    proxy: HttpLatencyProxy | None = None,
+    recorded: dict | None = None,
+    only: tuple[str, ...] = PLANNERS,
+    skip_repeats: tuple[str, ...] = (),
+) -> dict:
     """Best of ``repeats`` for each planner (each run lists and generates everything anew), after
     an untimed warm-up day of each: the first planner must not pay for the server's JIT. With a
     proxy, the HTTP requests of each planner's last run are counted there. ``skip_repeats``:
@@ -247,14 +267,42 @@ def free_port() -> int:
 
 def start_weed(root: Path) -> tuple[subprocess.Popen, int, int]:
     (root / "data").mkdir(parents=True)
-    (root / "s3.json").write_text(json.dumps({"identities": [{"name": "bench", "credentials": [
-        {"accessKey": "bench", "secretKey": "bench-secret"}], "actions": ["Admin", "Read", "Write", "List"]}]}))  # fmt: skip
+    (root / "s3.json").write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "bench",
+                        "credentials": [{"accessKey": "bench", "secretKey": "bench-secret"}],
+                        "actions": ["Admin", "Read", "Write", "List"],
+                    }
+                ]
+            }
+        )
+    )
     port = free_port()
-    args = [str(Path(sys.executable).parent / "weed"), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1", f"-s3.port={port}", f"-s3.config={root / 's3.json'}", "-admin.ui=false",
-            "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
-    for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "s3.port.grpc",
-                 "admin.port", "admin.port.grpc"):  # fmt: skip
+    args = [
+        str(Path(sys.executable).parent / "weed"),
+        "mini",
+        f"-dir={root / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.port={port}",
+        f"-s3.config={root / 's3.json'}",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+    ]
+    for flag in (
+        "master.port",
+        "master.port.grpc",
+        "volume.port",
+        "volume.port.grpc",
+        "s3.port.grpc",
+        "admin.port",
+        "admin.port.grpc",
+    ):
         args.append(f"-{flag}={free_port()}")
     filer = free_port()
     while filer + 10000 > 65535 or not port_free(filer + 10000):  # weed filer.copy dials http port + 10000
@@ -282,8 +330,12 @@ def make_s3(fs, filer: int, local_root: Path, bucket: str) -> None:
     one Go process, 16 concurrent copies, instead of 100k S3 PUTs from Python."""
     fs.create_dir(bucket)
     weed = str(Path(sys.executable).parent / "weed")
-    done = subprocess.run([weed, "filer.copy", "-c", "16", str(local_root), f"http://127.0.0.1:{filer}/buckets/{bucket}/"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [weed, "filer.copy", "-c", "16", str(local_root), f"http://127.0.0.1:{filer}/buckets/{bucket}/"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode:
         raise RuntimeError(f"weed filer.copy failed ({done.returncode}): {done.stderr[-500:]}")
 
@@ -329,8 +381,18 @@ def start_hdfs(root: Path) -> tuple[subprocess.Popen, dict, str]:
         raise RuntimeError(f"Hadoop jars not in {jars}: run `make infra` (scripts/fetch-hadoop.sh)")
     root.mkdir(parents=True)
     info_file = root / "info.json"
-    args = ["java", *NAMENODE_JVM_OPTS, "-cp", f"{jars}/*", MAIN_CLASS, "--dfs", "--base-dir", str(root), "--info-file",
-            str(info_file)]  # fmt: skip
+    args = [
+        "java",
+        *NAMENODE_JVM_OPTS,
+        "-cp",
+        f"{jars}/*",
+        MAIN_CLASS,
+        "--dfs",
+        "--base-dir",
+        str(root),
+        "--info-file",
+        str(info_file),
+    ]
     proc = start(args, root / "minicluster.log", info_file.exists, timeout=180)
     return proc, json.loads(info_file.read_text()), f"{jars}/*"
 
@@ -340,8 +402,14 @@ def make_hdfs(root: Path, classpath: str, namenode: str, base: str) -> None:
     (root / "BulkTouch.java").write_text(BULK_TOUCH)
     subprocess.run(["javac", "-nowarn", "-cp", classpath, "BulkTouch.java"], cwd=root, check=True, timeout=300)
     lines = "".join("\t".join([f"{base}/{d}", *names]) + "\n" for d, names in layout())
-    done = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-Xmx512m", "-cp", f"{root}:{classpath}", "BulkTouch",
-                           namenode, "8"], input=lines, capture_output=True, text=True, cwd=root, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        ["java", "-XX:TieredStopAtLevel=1", "-Xmx512m", "-cp", f"{root}:{classpath}", "BulkTouch", namenode, "8"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=900,
+    )
     if done.returncode:
         raise RuntimeError(f"creating the HDFS layout failed ({done.returncode}): {done.stderr[-800:]}")
 
@@ -387,9 +455,15 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-dtgg-"))
     parts = DAYS * HOURS * len(SOURCES)
-    result: dict = {"bench": "dtgg", "layout": f"{len(SOURCES)} sources x {DAYS} days x {HOURS} hours x {FILES} files",
-                    "partitions": parts, "files": parts * (FILES + 1), "threads": THREADS, "latency_ms": LATENCY_MS,
-                    "load_at_start": round(os.getloadavg()[0], 1)}  # fmt: skip
+    result: dict = {
+        "bench": "dtgg",
+        "layout": f"{len(SOURCES)} sources x {DAYS} days x {HOURS} hours x {FILES} files",
+        "partitions": parts,
+        "files": parts * (FILES + 1),
+        "threads": THREADS,
+        "latency_ms": LATENCY_MS,
+        "load_at_start": round(os.getloadavg()[0], 1),
+    }
     procs: list[subprocess.Popen] = []
     default_storage(work, {"conn_type": "webhdfs", "login": "primus"})  # the WebHDFS user
     try:
@@ -426,8 +500,14 @@ def main() -> None:
         procs.append(weed)
         s3_keys = {"conn_type": "aws", "login": "bench", "password": "bench-secret"}
         default_storage(work, {**s3_keys, "extra": {"endpoint_url": f"http://127.0.0.1:{port}"}})
-        fs = pafs.S3FileSystem(access_key="bench", secret_key="bench-secret", endpoint_override=f"127.0.0.1:{port}",
-                               scheme="http", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
+        fs = pafs.S3FileSystem(
+            access_key="bench",
+            secret_key="bench-secret",
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
         result["s3_setup_s"] = timed(make_s3, fs, filer, local, "bench")
         result["s3_loopback"] = measure(job_for("s3://bench/data", work / "jobs-s3"), repeats=2)
         print(json.dumps({"s3_loopback": result["s3_loopback"]}), flush=True)
@@ -448,9 +528,15 @@ def main() -> None:
 def headline(result: dict) -> dict:
     """The flat keys: modelled end to end first, the less favourable figures beside them."""
     out: dict = {}
-    for key, name in (("hdfs", "hdfs"), ("s3", "s3"), ("hdfs_loopback", "hdfs_loopback"),
-                      ("s3_loopback", "s3_loopback"), ("hdfs_link", "hdfs_link"), ("local", "local"),
-                      ("planner_only", "planner_only")):  # fmt: skip
+    for key, name in (
+        ("hdfs", "hdfs"),
+        ("s3", "s3"),
+        ("hdfs_loopback", "hdfs_loopback"),
+        ("s3_loopback", "s3_loopback"),
+        ("hdfs_link", "hdfs_link"),
+        ("local", "local"),
+        ("planner_only", "planner_only"),
+    ):
         figures = result[key]
         for ratio in ("ratio", "ratio_1thread", "ratio_vs_listing_only", "ratio_1thread_vs_listing_only"):
             if ratio in figures:

@@ -181,7 +181,7 @@ def with_duckdb(features, data: Path, out: Path, threads: int) -> int:
         SELECT i.request_id, coalesce(c.clicked, 0)::FLOAT AS clicked, i.ts::BIGINT AS ts, {sparse}, {dense}
         FROM read_parquet('{data / "impressions" / HOUR}/*.parquet') i
         LEFT JOIN read_parquet('{data / "clicks" / HOUR}/*.parquet') c USING (request_id)
-        ORDER BY hash(i.request_id, 7)""").to_arrow_table()  # fmt: skip
+        ORDER BY hash(i.request_id, 7)""").to_arrow_table()
     con.close()
     write_shards(table.combine_chunks(), out)
     return table.num_rows
@@ -242,8 +242,7 @@ def _cpu() -> float:
 
 
 def env_for(threads: int) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "POLARS_MAX_THREADS": str(threads),
-            "PYTHONPATH": str(ROOT)}  # fmt: skip
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "POLARS_MAX_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
 
 
 def ours_per_process(spec: Path, tasks: list[dict], threads: int) -> tuple[Clock, int]:
@@ -269,8 +268,9 @@ def ours_per_process(spec: Path, tasks: list[dict], threads: int) -> tuple[Clock
 
 def theirs_per_process(name: str, features: dict, data: Path, out: Path, threads: int) -> tuple[Clock, int]:
     clock = Clock()
-    got, startup = run_child(["--theirs", name, json.dumps(features), str(data), str(out), str(threads)],
-                             env_for(threads))  # fmt: skip
+    got, startup = run_child(
+        ["--theirs", name, json.dumps(features), str(data), str(out), str(threads)], env_for(threads)
+    )
     clock.stages["startup"] = startup
     return clock.done(), got["rows"]
 
@@ -311,11 +311,17 @@ def make_data(root: Path) -> int:
     base = int(T0.timestamp() * 1000)
     for f in range(FILES):
         ids = pa.array([f"r{f}-{i}" for i in range(ROWS)])
-        imp = pa.table({
-            "request_id": ids, "user_id": rng.integers(0, 10**7, ROWS), "item_id": rng.integers(0, 10**6, ROWS),
-            "category": rng.integers(0, 500, ROWS), "price": rng.random(ROWS) * 100, "age": rng.random(ROWS) * 60,
-            "ts": base + rng.integers(0, 3_600_000, ROWS),
-        })  # fmt: skip
+        imp = pa.table(
+            {
+                "request_id": ids,
+                "user_id": rng.integers(0, 10**7, ROWS),
+                "item_id": rng.integers(0, 10**6, ROWS),
+                "category": rng.integers(0, 500, ROWS),
+                "price": rng.random(ROWS) * 100,
+                "age": rng.random(ROWS) * 60,
+                "ts": base + rng.integers(0, 3_600_000, ROWS),
+            }
+        )
         keep = np.flatnonzero(rng.random(ROWS) < 0.3)
         clk = pa.table({"request_id": ids.take(pa.array(keep)), "clicked": np.ones(len(keep), np.int64)})
         pq.write_table(imp, root / "impressions" / HOUR / f"part-{f:03d}.parquet")
@@ -389,8 +395,9 @@ def startup_costs(threads: int) -> dict[str, float]:
         best = float("inf")
         for _ in range(3):
             began = time.perf_counter()
-            subprocess.run([sys.executable, "-c", f"import {modules}" if modules else "pass"], env=env_for(threads),
-                           check=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-c", f"import {modules}" if modules else "pass"], env=env_for(threads), check=True
+            )
             best = min(best, time.perf_counter() - began)
         costs[name] = round(best, 3)
     return costs
@@ -440,8 +447,13 @@ def measure(threads: int) -> dict:
         costs["staging"] = round(stages["stage"] + stages["read"], 4)  # IPC write + crc32 + rename, read back
         costs["task_metrics"] = round(stages["metrics"], 4)  # 16 tasks' scaler snapshots
         assert EXECUTOR_ROLE in doc["spec"]["resources"]["roles"]
-        result = {"rows": rows, "threads": threads, "guarantees_s": costs, "startup_s": startup_costs(threads),
-                  "clicked_rows": float(pa.compute.sum(table.column("clicked")).as_py())}  # fmt: skip
+        result = {
+            "rows": rows,
+            "threads": threads,
+            "guarantees_s": costs,
+            "startup_s": startup_costs(threads),
+            "clicked_rows": float(pa.compute.sum(table.column("clicked")).as_py()),
+        }
         for mode, by_name in runs.items():
             best = {k: min(v, key=lambda c: c.wall) for k, v in by_name.items()}
             result[mode] = {
@@ -456,8 +468,13 @@ def measure(threads: int) -> dict:
 
 
 def at_threads(threads: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--threads", str(threads)], env=env_for(threads), check=True,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, __file__, "--threads", str(threads)],
+        env=env_for(threads),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -474,15 +491,18 @@ def main() -> None:
         print(json.dumps(measure(int(sys.argv[2]))))
         return
     result: dict = {
-        "bench": "executor", "files": FILES * 2, "runs": RUNS, "process_runs": PROCESS_RUNS,
+        "bench": "executor",
+        "files": FILES * 2,
+        "runs": RUNS,
+        "process_runs": PROCESS_RUNS,
         "headline": "per_process",
         "measured": "wall seconds, best of the runs, contenders interleaved; ratios = ours / theirs in rows per second",
         "per_process_means": "ours: 16 data-task processes (threads at a time, 1 core each) then 1 Joiner process; "
-                             "theirs: 1 process each; start-up and imports counted, Airflow's per-task cost not",
+        "theirs: 1 process each; start-up and imports counted, Airflow's per-task cost not",
         "in_process_means": "one warm process, imports excluded (BatchExecutor / run_window; a persistent executor)",
         "pandas": "1 thread only (pandas has one): no _2t ratio",
         "guarantees": GUARANTEES,
-    }  # fmt: skip
+    }
     in_process: dict = {}
     for threads in (1, 2):
         got = at_threads(threads)

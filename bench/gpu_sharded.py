@@ -90,8 +90,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--types", help="comma-separated sharding types (default: row_wise on cuda, table_wise)")
     parser.add_argument("--ranks", type=int, help="default: one per visible GPU; 2 on the CPU")
     for name in DEFAULTS["cuda"]:
-        parser.add_argument(f"--{name}", type=int, help=f"default: {DEFAULTS['cuda'][name]} (cuda), "
-                            f"{DEFAULTS['cpu'][name]} (cpu)")  # fmt: skip
+        parser.add_argument(
+            f"--{name}", type=int, help=f"default: {DEFAULTS['cuda'][name]} (cuda), {DEFAULTS['cpu'][name]} (cpu)"
+        )
     parser.add_argument("--pool", type=int, default=16, help="distinct minibatches per rank, cycled")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

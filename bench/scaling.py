@@ -71,15 +71,24 @@ def job() -> PrimusJob:
     os.environ.setdefault("PRIMUS_DATA", tempfile.gettempdir())
     doc = load_job(SHIPPED_SPEC).model_dump(mode="json")
     doc["spec"]["resources"]["roles"]["data_executor"] = {
-        "replicas": HAND_SET_EXECUTORS, "min_replicas": MIN_EXECUTORS, "max_replicas": MAX_EXECUTORS,
-        "cpu": HAND_SET_CORES, "memory": MEMORY,
-    }  # fmt: skip
+        "replicas": HAND_SET_EXECUTORS,
+        "min_replicas": MIN_EXECUTORS,
+        "max_replicas": MAX_EXECUTORS,
+        "cpu": HAND_SET_CORES,
+        "memory": MEMORY,
+    }
     return PrimusJob.model_validate(doc)
 
 
 def load_at(minute: int):
-    return daily_load(minute, trainers=TRAINERS, trainer_rate=TRAINER_RATE, batch_cost=BATCH_COST,
-                      stream_cost=STREAM_COST, surge=SURGE)  # fmt: skip
+    return daily_load(
+        minute,
+        trainers=TRAINERS,
+        trainer_rate=TRAINER_RATE,
+        batch_cost=BATCH_COST,
+        stream_cost=STREAM_COST,
+        surge=SURGE,
+    )
 
 
 def run(executors: int, cores: float, spec: PrimusJob | None = None) -> dict:
@@ -89,8 +98,13 @@ def run(executors: int, cores: float, spec: PrimusJob | None = None) -> dict:
     actuator = ModelActuator(model)
     manager, every = None, 1
     if spec is not None:
-        manager = ScalingManager(spec, ModelReader(model, lambda: load_at(minute)), actuator,
-                                 clock=lambda: model.now, registry=CollectorRegistry())  # fmt: skip
+        manager = ScalingManager(
+            spec,
+            ModelReader(model, lambda: load_at(minute)),
+            actuator,
+            clock=lambda: model.now,
+            registry=CollectorRegistry(),
+        )
         every = max(1, round(spec.spec.scaling.interval.total_seconds() / 60))
     core_seconds = used_core_seconds = trained = demanded = 0.0
     executors_seen, cores_seen = [], []
@@ -185,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{FINE_SPAN} of the best",
             "executors": "bisection per cores value",
             "bound": "starvation <= the scaled run's",
-        },  # fmt: skip
+        },
         "scaling_spec": spec.spec.scaling.model_dump(mode="json"),
         "paper": {"throughput_per_core_gain_pct": 17.1, "cpu_utilisation": [0.50, 0.80]},
         "scaled": ours,
@@ -207,8 +221,10 @@ def main(argv: list[str] | None = None) -> None:
         made = {d["action"] for d in real["real_scaled"]["decisions"]}
         missing = [a for a in ("scale_up", "scale_down") if a not in made]
         if missing:
-            print(f"bench/scaling.py: the scaled real run made no {' and no '.join(missing)}: nothing was compared",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"bench/scaling.py: the scaled real run made no {' and no '.join(missing)}: nothing was compared",
+                file=sys.stderr,
+            )
             sys.exit(1)
 
 
@@ -218,11 +234,33 @@ def real_phase(args: argparse.Namespace) -> dict:
 
     before, during, after, tail = (float(x) for x in args.real_phases.split(","))
     real_args = surge.parser().parse_args(
-        ["--base", str(args.real_base), "--before", str(before), "--surge", str(during), "--after", str(after),
-         "--tail", str(tail), "--sparse-strings", str(REAL_ROW[0]), "--dense", str(REAL_ROW[1]),
-         "--batch-size", str(REAL_BATCH), "--executor-cpu", str(REAL_EXECUTOR_CPU),
-         "--max-executors", str(REAL_MAX_EXECUTORS), "--cooldown", str(REAL_COOLDOWN), "--step", "1.0"]
-    )  # fmt: skip
+        [
+            "--base",
+            str(args.real_base),
+            "--before",
+            str(before),
+            "--surge",
+            str(during),
+            "--after",
+            str(after),
+            "--tail",
+            str(tail),
+            "--sparse-strings",
+            str(REAL_ROW[0]),
+            "--dense",
+            str(REAL_ROW[1]),
+            "--batch-size",
+            str(REAL_BATCH),
+            "--executor-cpu",
+            str(REAL_EXECUTOR_CPU),
+            "--max-executors",
+            str(REAL_MAX_EXECUTORS),
+            "--cooldown",
+            str(REAL_COOLDOWN),
+            "--step",
+            "1.0",
+        ]
+    )
     return _surge_runs.compare(real_args, list(range(1, REAL_MAX_EXECUTORS + 1)))
 
 

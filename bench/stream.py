@@ -54,11 +54,26 @@ def produce(bootstrap: str, topic: str) -> None:
     users, items, cats = rng.integers(0, 10**6, ROWS), rng.integers(0, 10**5, ROWS), rng.integers(0, 500, ROWS)
     prices, ages = rng.random(ROWS) * 100, rng.integers(18, 70, ROWS)
     base = 1_793_491_200_000
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 1_000_000, "compression.type": "lz4"})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
     for i in range(ROWS):
-        event = {"request_id": f"r{i}", "user_id": int(users[i]), "item_id": int(items[i]), "category": int(cats[i]),
-                 "price": float(prices[i]), "age": float(ages[i]), "ts": base + i, "clicked": i % 5 == 0}  # fmt: skip
+        event = {
+            "request_id": f"r{i}",
+            "user_id": int(users[i]),
+            "item_id": int(items[i]),
+            "category": int(cats[i]),
+            "price": float(prices[i]),
+            "age": float(ages[i]),
+            "ts": base + i,
+            "clicked": i % 5 == 0,
+        }
         producer.produce(topic, json.dumps(event).encode(), partition=i % PARTITIONS)
         if i % 50_000 == 0:
             producer.poll(0)
@@ -66,8 +81,14 @@ def produce(bootstrap: str, topic: str) -> None:
 
 
 def floor(bootstrap: str, topic: str) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"floor-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"floor-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got, start = 0, time.perf_counter()
     while got < ROWS:
@@ -134,12 +155,17 @@ def main() -> None:
         floor_rate = max(floors)
         top = max(best, key=best.get)
         result = {
-            "bench": "stream", "ratio": round(best[top] / floor_rate, 3), "best_executors": top,
+            "bench": "stream",
+            "ratio": round(best[top] / floor_rate, 3),
+            "best_executors": top,
             "ratio_1": round(best[1] / floor_rate, 3),
             **{f"rows_per_s_{n}": round(best[n]) for n in COUNTS},
-            "floor_rows_per_s": round(floor_rate), "rows": ROWS, "partitions": PARTITIONS, "runs": RUNS,
+            "floor_rows_per_s": round(floor_rate),
+            "rows": ROWS,
+            "partitions": PARTITIONS,
+            "runs": RUNS,
             "cores": os.cpu_count(),
-        }  # fmt: skip
+        }
         print(json.dumps(result))
     finally:
         server.stop()

@@ -76,10 +76,21 @@ def demo_doc(data_uri: str, hours: int, bootstrap: str, topic: str) -> dict:
     return doc
 
 
-def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, replicas: int = 1,
-               bounds: tuple[int, int] = (1, 4), topic: str = TOPIC, sparse_strings: int = 0,
-               executor_cpu: float = 1.0, cooldown: float = 15.0, step: float = 0.25, dense: int = 0,
-               batch_size: int = 256) -> Path:  # fmt: skip
+def write_spec(
+    work: Path,
+    bootstrap: str,
+    hours: int,
+    rows_per_hour: int,
+    replicas: int = 1,
+    bounds: tuple[int, int] = (1, 4),
+    topic: str = TOPIC,
+    sparse_strings: int = 0,
+    executor_cpu: float = 1.0,
+    cooldown: float = 15.0,
+    step: float = 0.25,
+    dense: int = 0,
+    batch_size: int = 256,
+) -> Path:
     """The job's spec; ``replicas`` stream executors to start with, ``bounds`` the scaler's (min, max)."""
     data = work / "data"
     generate(data, T0, T0 + timedelta(hours=hours), rows_per_hour=rows_per_hour, seed=11)
@@ -87,8 +98,9 @@ def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, repli
     doc["metadata"]["name"] = "surge"
     spec = doc["spec"]
     spec["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id="surge-trainer")
-    spec["features"]["sparse"] = [{"name": n, "buckets": b} for n, b in (("user_id", 10000), ("item_id", 10000),
-                                                                        ("category", 100))]  # fmt: skip
+    spec["features"]["sparse"] = [
+        {"name": n, "buckets": b} for n, b in (("user_id", 10000), ("item_id", 10000), ("category", 100))
+    ]
     spec["features"]["sparse"] += [{"name": f"tag{i}", "buckets": 1000} for i in range(sparse_strings)]
     spec["features"]["dense"] += [f"x{i}" for i in range(dense)]
     spec["dataset"]["streams"][0]["join"]["fill"].update({f"tag{i}": "none" for i in range(sparse_strings)})
@@ -107,8 +119,10 @@ def write_spec(work: Path, bootstrap: str, hours: int, rows_per_hour: int, repli
         },
         "trainer": {"replicas": 1, "cpu": 1, "memory": "4Gi", "command": train},
     }
-    spec["scaling"] = {"horizontal": {"enabled": True, "threshold": 0.5, "cooldown": f"{cooldown:g}s", "step": step},
-                       "vertical": {"enabled": False}}  # fmt: skip
+    spec["scaling"] = {
+        "horizontal": {"enabled": True, "threshold": 0.5, "cooldown": f"{cooldown:g}s", "step": step},
+        "vertical": {"enabled": False},
+    }
     path = work / "surge.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -119,9 +133,14 @@ def event_bodies(sparse_strings: int, dense: int = 0, seed: int = 5) -> list[byt
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(BODIES):
-        event = {"user_id": int(rng.integers(0, 10**5)), "item_id": int(rng.integers(0, 10**4)),
-                 "category": int(rng.integers(0, 100)), "price": float(rng.random() * 100),
-                 "age": float(rng.integers(18, 70)), "clicked": int(rng.random() < 0.2)}  # fmt: skip
+        event = {
+            "user_id": int(rng.integers(0, 10**5)),
+            "item_id": int(rng.integers(0, 10**4)),
+            "category": int(rng.integers(0, 100)),
+            "price": float(rng.random() * 100),
+            "age": float(rng.integers(18, 70)),
+            "clicked": int(rng.random() < 0.2),
+        }
         event.update({f"tag{i}": f"t{i}-{int(rng.zipf(1.3)) % 50_000}" for i in range(sparse_strings)})
         event.update({f"x{i}": round(float(rng.random()), 4) for i in range(dense)})
         out.append(json.dumps(event).encode()[1:])  # without "{": the producer writes it with the ids
@@ -131,8 +150,14 @@ def event_bodies(sparse_strings: int, dense: int = 0, seed: int = 5) -> list[byt
 class Producer(threading.Thread):
     """Events at a rate that follows ``schedule`` [(seconds, rows/s), ...]; ``produced`` so far."""
 
-    def __init__(self, bootstrap: str, schedule: list[tuple[float, float]], topic: str = TOPIC,
-                 sparse_strings: int = 0, dense: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bootstrap: str,
+        schedule: list[tuple[float, float]],
+        topic: str = TOPIC,
+        sparse_strings: int = 0,
+        dense: int = 0,
+    ) -> None:
         super().__init__(name="producer", daemon=True)
         from confluent_kafka import Producer as KafkaProducer
 
@@ -205,16 +230,25 @@ class Sampler:
     def high_watermark(self) -> int:
         from confluent_kafka import TopicPartition
 
-        return sum(self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)[1]
-                   for p in range(PARTITIONS))  # fmt: skip
+        return sum(
+            self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)[1] for p in range(PARTITIONS)
+        )
 
     def sample(self, elapsed: float, rate: float, windows_queued: int) -> dict:
         metrics = Path(self.paths.metrics_dir)  # the local job directory
         trainer = prom_values(metrics / "trainer-0.prom")
-        fills = [v for f in metrics.glob("stream_executor-*.prom") for (name, _), v in prom_values(f).items()
-                 if name == "primus_executor_buffer_utilisation"]  # fmt: skip
-        lags = [v for f in metrics.glob("stream_executor-*.prom") for (name, _), v in prom_values(f).items()
-                if name == "primus_executor_stream_lag_rows"]  # fmt: skip
+        fills = [
+            v
+            for f in metrics.glob("stream_executor-*.prom")
+            for (name, _), v in prom_values(f).items()
+            if name == "primus_executor_buffer_utilisation"
+        ]
+        lags = [
+            v
+            for f in metrics.glob("stream_executor-*.prom")
+            for (name, _), v in prom_values(f).items()
+            if name == "primus_executor_stream_lag_rows"
+        ]
         progress = read_progress(self.paths.progress) if Path(self.paths.progress).exists() else {"consumed": {}}
         role = self.backend.status().roles.get("stream_executor")
         high = self.high_watermark()
@@ -225,16 +259,22 @@ class Sampler:
         except OSError:
             written = time.time()
         row = {
-            "t": round(elapsed, 1), "rate": rate, "produced": high, "stream_served": int(served),
-            "lag_rows": self.high_at(written) - int(served), "lag_now": high - int(served), "batch_served": int(trainer.get(("primus_trainer_rows_served_total", "history"), 0)),
+            "t": round(elapsed, 1),
+            "rate": rate,
+            "produced": high,
+            "stream_served": int(served),
+            "lag_rows": self.high_at(written) - int(served),
+            "lag_now": high - int(served),
+            "batch_served": int(trainer.get(("primus_trainer_rows_served_total", "history"), 0)),
             "batch_windows_queued": windows_queued,
             "batch_windows_trained": sum(k.startswith("history/") for k in progress.get("consumed", {})),
-            "executors_desired": role.desired if role else None, "executors_running": role.running if role else None,
+            "executors_desired": role.desired if role else None,
+            "executors_running": role.running if role else None,
             "executor_fill": round(float(np.mean(fills)), 3) if fills else None,
             "executor_lag": int(sum(lags)) if lags else None,  # their Kafka lag: what the scaler reads
             "trainer_starved": trainer.get(("primus_trainer_starved_ratio", "0")),
             "trainer_backpressure": trainer.get(("primus_trainer_backpressure_ratio", "0")),
-        }  # fmt: skip
+        }
         self.rows.append(row)
         return row
 
@@ -290,9 +330,13 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
-              watch: Callable[[object, float], None] | None = None,
-              server: KafkaServer | None = None) -> tuple[list[dict], list[dict], list[float]]:  # fmt: skip
+def run_surge(
+    args: argparse.Namespace,
+    replicas: int = 1,
+    scale: bool = True,
+    watch: Callable[[object, float], None] | None = None,
+    server: KafkaServer | None = None,
+) -> tuple[list[dict], list[dict], list[float]]:
     """One run: ``replicas`` stream executors to start with, the scaler ticking when ``scale`` (else the
     replicas stay fixed: the static allocation); ``watch(backend, elapsed)`` at every sample; its own
     Kafka unless ``server`` is given (then a topic of its own on it).
@@ -312,8 +356,21 @@ def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
         bounds = (1, args.max_executors) if scale else (replicas, replicas)
-        spec = write_spec(work, server.bootstrap, hours, args.batch_rows, replicas, bounds, topic, args.sparse_strings,
-                          args.executor_cpu, args.cooldown, args.step, args.dense, args.batch_size)  # fmt: skip
+        spec = write_spec(
+            work,
+            server.bootstrap,
+            hours,
+            args.batch_rows,
+            replicas,
+            bounds,
+            topic,
+            args.sparse_strings,
+            args.executor_cpu,
+            args.cooldown,
+            args.step,
+            args.dense,
+            args.batch_size,
+        )
         job = load_job(spec, env={})
         backend = backend_for(job, str(spec))
         backend.submit()
@@ -345,15 +402,23 @@ def run_surge(args: argparse.Namespace, replicas: int = 1, scale: bool = True,
                 next_batch = now + args.batch_every
             if scale and now >= next_scale:
                 for d in scaling_step(job, backend=backend):
-                    decisions.append({"t": round(elapsed, 1), **{k: d.to_dict()[k] for k in ("role", "action", "replicas", "reason")}})  # fmt: skip
+                    decisions.append(
+                        {
+                            "t": round(elapsed, 1),
+                            **{k: d.to_dict()[k] for k in ("role", "action", "replicas", "reason")},
+                        }
+                    )
                     print(f"{elapsed:6.1f}s decision {decisions[-1]}", flush=True)
                 next_scale = now + SCALE_EVERY
             if now >= next_sample:
                 row = sampler.sample(elapsed, producer.rate_at(elapsed), queued)
                 if watch is not None:
                     watch(backend, elapsed)
-                print(f"{row['t']:6.1f}s rate {row['rate']:6.0f} lag {row['lag_rows']:6d} batch trained "
-                      f"{row['batch_windows_trained']}/{queued} executors {row['executors_desired']}", flush=True)  # fmt: skip
+                print(
+                    f"{row['t']:6.1f}s rate {row['rate']:6.0f} lag {row['lag_rows']:6d} batch trained "
+                    f"{row['batch_windows_trained']}/{queued} executors {row['executors_desired']}",
+                    flush=True,
+                )
                 next_sample = now + SAMPLE_EVERY
             time.sleep(0.2)
         producer.stop.set()
@@ -391,8 +456,7 @@ def batch_latency(rows: list[dict], queued_at: list[float]) -> list[dict]:
     return out
 
 
-def summary(rows: list[dict], decisions: list[dict], phases: tuple[float, float], args,
-            queued_at: list[float]) -> dict:  # fmt: skip
+def summary(rows: list[dict], decisions: list[dict], phases: tuple[float, float], args, queued_at: list[float]) -> dict:
     before, surge = _at(rows, 0, phases[0]), _at(rows, *phases)
     after = _at(rows, phases[1], float("inf"))
     peak = max(rows, key=lambda r: r["lag_rows"])
@@ -403,20 +467,32 @@ def summary(rows: list[dict], decisions: list[dict], phases: tuple[float, float]
         return part[-1]["batch_windows_trained"] - part[0]["batch_windows_trained"] if part else 0
 
     return {
-        "bench": "surge", "base_rows_per_s": args.base, "factor": args.factor, "surge_s": [phases[0], phases[1]],
-        "lag_before_max": base_lag, "lag_peak": peak["lag_rows"], "lag_peak_t": peak["t"],
-        "drained_at_t": drained, "drain_s": round(drained - phases[1], 1) if drained is not None else None,
-        "lag_end": rows[-1]["lag_rows"], "produced": rows[-1]["produced"],
+        "bench": "surge",
+        "base_rows_per_s": args.base,
+        "factor": args.factor,
+        "surge_s": [phases[0], phases[1]],
+        "lag_before_max": base_lag,
+        "lag_peak": peak["lag_rows"],
+        "lag_peak_t": peak["t"],
+        "drained_at_t": drained,
+        "drain_s": round(drained - phases[1], 1) if drained is not None else None,
+        "lag_end": rows[-1]["lag_rows"],
+        "produced": rows[-1]["produced"],
         "batch_windows_trained": {"before": trained(before), "surge": trained(surge), "after": trained(after)},
         "batch_windows_queued": rows[-1]["batch_windows_queued"],
         "batch_latency": batch_latency(rows, queued_at),
         "executors_max": max((r["executors_desired"] or 0) for r in rows),
-        "executors_max_by_phase": {name: max(((r["executors_desired"] or 0) for r in part), default=0)
-                                   for name, part in (("before", before), ("surge", surge), ("after", after))},
-        "executor_lag_max_by_phase": {name: max(((r["executor_lag"] or 0) for r in part), default=0)
-                                      for name, part in (("before", before), ("surge", surge), ("after", after))},
-        "decisions": decisions, "samples": rows,
-    }  # fmt: skip
+        "executors_max_by_phase": {
+            name: max(((r["executors_desired"] or 0) for r in part), default=0)
+            for name, part in (("before", before), ("surge", surge), ("after", after))
+        },
+        "executor_lag_max_by_phase": {
+            name: max(((r["executor_lag"] or 0) for r in part), default=0)
+            for name, part in (("before", before), ("surge", surge), ("after", after))
+        },
+        "decisions": decisions,
+        "samples": rows,
+    }
 
 
 if __name__ == "__main__":

@@ -65,8 +65,9 @@ class Airflow:
         if stamp.exists():
             return
         with open(log, "ab") as handle:
-            done = subprocess.run([str(self.binary), "db", "migrate"], env=env, stdout=handle,
-                                  stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
+            done = subprocess.run(
+                [str(self.binary), "db", "migrate"], env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=600
+            )
         if done.returncode != 0:
             tail = log.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"airflow db migrate failed ({done.returncode}); {log} ends with:\n{tail}")

@@ -55,8 +55,16 @@ class Daemon:
         with open(self.log, "ab") as handle:
             handle.write(f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} starting: {' '.join(args)}\n".encode())
             handle.flush()
-            proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, cwd=cwd, start_new_session=True, **popen)  # fmt: skip
+            proc = subprocess.Popen(
+                args,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                **popen,
+            )
         record = {"pid": proc.pid, "start": _start_time(proc.pid), "args": args}
         tmp = self.pidfile.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))

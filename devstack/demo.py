@@ -31,8 +31,11 @@ NAME = "devstack.demo"
 
 
 def api() -> AirflowApi:
-    return AirflowApi(os.environ["PRIMUS_AIRFLOW_API"], os.environ.get("PRIMUS_AIRFLOW_USER", "admin"),
-                      os.environ["PRIMUS_AIRFLOW_PASSWORD"])  # fmt: skip
+    return AirflowApi(
+        os.environ["PRIMUS_AIRFLOW_API"],
+        os.environ.get("PRIMUS_AIRFLOW_USER", "admin"),
+        os.environ["PRIMUS_AIRFLOW_PASSWORD"],
+    )
 
 
 def wait_for_dag(client: AirflowApi, dag_id: str, timeout: float = 180.0) -> None:

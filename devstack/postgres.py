@@ -77,8 +77,20 @@ class Postgres:
         self.root.mkdir(parents=True, exist_ok=True)
         self._chown(self.root)
         env, user = self._env_and_user()
-        args = [str(bindir() / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth-local=trust",
-                "--auth-host=scram-sha-256", "--no-instructions", "-E", "UTF8", "--no-locale", "--no-sync"]  # fmt: skip
+        args = [
+            str(bindir() / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-instructions",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
         done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=180, **user)
         if done.returncode != 0:
             raise RuntimeError(f"initdb {self.data} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
@@ -93,9 +105,21 @@ class Postgres:
         env, user = self._env_and_user()
         # PostgreSQL's durable defaults (fsync, synchronous_commit): the ledger and the training queue
         # live here, and a crash must not lose a commit a worker was told about (tests/reliability).
-        args = [str(bindir() / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
-                "-c", "max_connections=200", "-c", "shared_buffers=64MB"]  # fmt: skip
+        args = [
+            str(bindir() / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.root}",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=64MB",
+        ]
         self.daemon.log.parent.mkdir(parents=True, exist_ok=True)
         self.daemon.spawn(args, env, cwd=self.root, **user)
         self.daemon.wait_ready(self.ready, timeout)

@@ -58,8 +58,13 @@ class Prometheus:
         self.targets.mkdir(parents=True, exist_ok=True)
         config = self.root / "prometheus.yml"
         config.write_text(CONFIG.format(rules=RULES, port=self.port, targets=self.targets))
-        args = [binary, f"--config.file={config}", f"--storage.tsdb.path={self.root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]  # fmt: skip
+        args = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+        ]
         self.daemon.spawn(args, dict(os.environ), cwd=self.root)
         self.daemon.wait_ready(self.ready, timeout)
 

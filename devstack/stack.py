@@ -133,9 +133,15 @@ class Stack:
         lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items() if key != "PATH"]
         lines.append(f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
         (self.s.dir / "env.sh").write_text("\n".join(lines) + "\n")
-        info = {**asdict(self.s), "dir": str(self.s.dir), "dags_dir": str(self.s.dags_dir),
-                "jobs_dir": str(self.s.jobs_dir), "airflow_url": self.airflow.url,
-                "prometheus_url": self.prometheus.url, "user": USER}  # fmt: skip
+        info = {
+            **asdict(self.s),
+            "dir": str(self.s.dir),
+            "dags_dir": str(self.s.dags_dir),
+            "jobs_dir": str(self.s.jobs_dir),
+            "airflow_url": self.airflow.url,
+            "prometheus_url": self.prometheus.url,
+            "user": USER,
+        }
         (self.s.dir / "stack.json").write_text(json.dumps(info, indent=1) + "\n")
 
     # -- up ---------------------------------------------------------------------------------------
@@ -196,9 +202,20 @@ class Stack:
             return None
         mark = self.kafka.log.stat().st_size if self.kafka.log.exists() else 0
         cache = os.environ.get("PRIMUS_CACHE") or os.environ.get("CACHE") or str(Path.home() / ".cache" / "primus")
-        args = [sys.executable, "-m", "devstack.kafka", "run", "--port", str(self.s.kafka_port),
-                "--controller-port", str(self.s.kafka_controller_port), "--dir", str(self.s.dir / "kafka"),
-                "--cache", cache]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "devstack.kafka",
+            "run",
+            "--port",
+            str(self.s.kafka_port),
+            "--controller-port",
+            str(self.s.kafka_controller_port),
+            "--dir",
+            str(self.s.dir / "kafka"),
+            "--cache",
+            cache,
+        ]
         self.kafka.spawn(args, {**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
         return mark
 
@@ -256,13 +273,15 @@ class Stack:
 
     def banner(self) -> str:
         s = self.s
-        return "\n".join([
-            f"Airflow UI      {self.airflow.url}   login: {USER} / {s.password}",
-            f"Kafka           127.0.0.1:{s.kafka_port}",
-            f"PostgreSQL      127.0.0.1:{s.postgres_port} (Airflow's metadata database)",
-            f"Prometheus      {self.prometheus.url}",
-            f"state           {s.dir}   (source {s.dir / 'env.sh'} to use it; `make down` stops it)",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                f"Airflow UI      {self.airflow.url}   login: {USER} / {s.password}",
+                f"Kafka           127.0.0.1:{s.kafka_port}",
+                f"PostgreSQL      127.0.0.1:{s.postgres_port} (Airflow's metadata database)",
+                f"Prometheus      {self.prometheus.url}",
+                f"state           {s.dir}   (source {s.dir / 'env.sh'} to use it; `make down` stops it)",
+            ]
+        )
 
 
 class PortTaken(RuntimeError):
@@ -270,9 +289,12 @@ class PortTaken(RuntimeError):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {NAME}", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 2)[2])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {NAME}",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--dir", type=Path, help="state directory (default $PRIMUS_STACK_DIR or .primus/stack)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds `up` waits for Airflow's health")

@@ -34,8 +34,15 @@ class AirflowApiError(RuntimeError):
 class AirflowApi:
     """``base_url`` like http://127.0.0.1:8080 (no ``/api/v2``)."""
 
-    def __init__(self, base_url: str, username: str | None = None, password: str | None = None,
-                 token: str | None = None, session: requests.Session | None = None, timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        username: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        session: requests.Session | None = None,
+        timeout: float = 30.0,
+    ) -> None:
         self.base_url, self.timeout = base_url.rstrip("/"), timeout
         import requests
 
@@ -49,13 +56,20 @@ class AirflowApi:
             self._token = reply["access_token"]
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
-    def _send(self, method: str, path: str, body: dict | None = None, params: dict | None = None,
-              headers: dict[str, str] | None = None) -> Any:  # fmt: skip
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        params: dict | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         import requests
 
         try:
-            reply = self.session.request(method, self.base_url + path, json=body, params=params, headers=headers,
-                                         timeout=self.timeout)  # fmt: skip
+            reply = self.session.request(
+                method, self.base_url + path, json=body, params=params, headers=headers, timeout=self.timeout
+            )
         except requests.RequestException as exc:
             raise AirflowApiError(f"Airflow API {self.base_url}: {method} {path}: {exc}") from exc
         if reply.status_code >= 400:
@@ -112,9 +126,14 @@ class AirflowApi:
                 return runs
 
     def wait_backfill(
-        self, backfill_id: int, dag_id: str, expected: int, timeout: float, poll: float = 3.0,
+        self,
+        backfill_id: int,
+        dag_id: str,
+        expected: int,
+        timeout: float,
+        poll: float = 3.0,
         on_poll: Callable[[list[dict]], None] | None = None,
-    ) -> list[dict]:  # fmt: skip
+    ) -> list[dict]:
         """Wait until the backfill completed and its runs finished; return its runs (oldest first).
         ``on_poll(runs)`` sees the backfill runs after every poll (``primus backfill --wait``'s lines)."""
         deadline = time.monotonic() + timeout

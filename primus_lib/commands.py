@@ -10,8 +10,16 @@ from __future__ import annotations
 
 # One module under primus_lib.cli per subcommand, in the order ``primus --help`` lists them.
 SUBCOMMANDS: tuple[str, ...] = (
-    "validate", "crd", "datagen", "train", "eval", "backfill", "plan", "resources", "executor",
-)  # fmt: skip
+    "validate",
+    "crd",
+    "datagen",
+    "train",
+    "eval",
+    "backfill",
+    "plan",
+    "resources",
+    "executor",
+)
 
 # The subcommand a role runs when its RoleSpec.command is empty.
 # Batch data executors are the DAG's mapped tasks: no process of theirs is started by a backend.

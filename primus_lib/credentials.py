@@ -102,9 +102,15 @@ def parse_connection(conn_id: str, text: str, where: str) -> Connection:
     if port not in (None, "") and not str(port).isdigit():
         raise CredentialsError(f"{where}: port: expected a number, found {port!r}")
     return Connection(
-        conn_id, str(body.get("conn_type") or ""), body.get("host") or None, int(port) if port else None,
-        body.get("login") or None, body.get("password") or None, body.get("schema") or None, dict(extra),
-    )  # fmt: skip
+        conn_id,
+        str(body.get("conn_type") or ""),
+        body.get("host") or None,
+        int(port) if port else None,
+        body.get("login") or None,
+        body.get("password") or None,
+        body.get("schema") or None,
+        dict(extra),
+    )
 
 
 class ConnectionSource(Protocol):

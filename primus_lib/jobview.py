@@ -31,8 +31,13 @@ ROLES = ("data_executor", "stream_executor")
 GRID_LIMIT = 240  # windows of the timer shown at most (an open-ended job's newest)
 
 
-def job_view(job: PrimusJob, runs: list[dict[str, Any]] | None = None, doc: str | None = None,
-             pool_slots: int | None = None, now: float | None = None) -> dict[str, Any]:  # fmt: skip
+def job_view(
+    job: PrimusJob,
+    runs: list[dict[str, Any]] | None = None,
+    doc: str | None = None,
+    pool_slots: int | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
     """The whole document. ``runs``: the job's DAG runs as ``{"window": <window id>, "run_id",
     "state", "run_type", "start_date", "end_date"}``; ``doc``: the DAG's doc_md (its mermaid DTGG);
     ``pool_slots``: the data executors' Airflow pool size (the batch executors' horizontal knob)."""
@@ -68,8 +73,14 @@ def grid_windows(job: PrimusJob, now: float, limit: int = GRID_LIMIT) -> list[st
     return [window_id(start) for start in window_starts(first, stop, size, timer.start)]
 
 
-def window_rows(job: PrimusJob, planned: dict[str, dict[str, dict[str, int]]], queued: dict[str, dict[str, int]],
-                consumed: dict[str, dict], runs: list[dict[str, Any]], grid: list[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
+def window_rows(
+    job: PrimusJob,
+    planned: dict[str, dict[str, dict[str, int]]],
+    queued: dict[str, dict[str, int]],
+    consumed: dict[str, dict],
+    runs: list[dict[str, Any]],
+    grid: list[str] = (),
+) -> list[dict[str, Any]]:
     """One row per window of the timer up to now, or that any part of the job knows about, oldest
     first; ``state`` is the furthest step it reached: trained > committed > planned > waiting
     (the DAG run's own state is beside it)."""
@@ -83,10 +94,13 @@ def window_rows(job: PrimusJob, planned: dict[str, dict[str, dict[str, int]]], q
         keys = [f"{s}/{wid}" for s in streams] or [k for k in consumed if k.endswith(f"/{wid}")]
         trained = [consumed[k] for k in keys if k in consumed]
         per_stream = {
-            s: {"tasks": planned.get(s, {}).get(wid), "committed_rows": queued.get(s, {}).get(wid),
-                "trained": f"{s}/{wid}" in consumed}
+            s: {
+                "tasks": planned.get(s, {}).get(wid),
+                "committed_rows": queued.get(s, {}).get(wid),
+                "trained": f"{s}/{wid}" in consumed,
+            }
             for s in streams
-        }  # fmt: skip
+        }
         if keys and len(trained) == len(keys):
             state = "trained"
         elif streams and all(wid in queued.get(s, {}) for s in streams):
@@ -95,8 +109,16 @@ def window_rows(job: PrimusJob, planned: dict[str, dict[str, dict[str, int]]], q
             state = "planned"
         else:
             state = "waiting"
-        rows.append({"window": wid, "start": _iso(wid), "state": state, "run": by_run.get(wid),
-                     "streams": per_stream, "samples": sum(t.get("samples", 0) for t in trained) if trained else None})  # fmt: skip
+        rows.append(
+            {
+                "window": wid,
+                "start": _iso(wid),
+                "state": state,
+                "run": by_run.get(wid),
+                "streams": per_stream,
+                "samples": sum(t.get("samples", 0) for t in trained) if trained else None,
+            }
+        )
     return rows
 
 
@@ -107,8 +129,17 @@ def window_metrics(consumed: dict[str, dict]) -> list[dict[str, Any]]:
         stream, _, wid = key.partition("/")
         if not isinstance(entry, dict):
             raise ValueError(f"progress.json: consumed[{key!r}]: expected an object, found {entry!r}")
-        points.append({"stream": stream, "window": wid, "start": _iso(wid), "auc": entry.get("auc"),
-                       "logloss": entry.get("logloss"), "samples": entry.get("samples"), "at": entry.get("at")})  # fmt: skip
+        points.append(
+            {
+                "stream": stream,
+                "window": wid,
+                "start": _iso(wid),
+                "auc": entry.get("auc"),
+                "logloss": entry.get("logloss"),
+                "samples": entry.get("samples"),
+                "at": entry.get("at"),
+            }
+        )
     return sorted(points, key=lambda p: (p["window"], p["stream"]))
 
 
@@ -147,8 +178,9 @@ def _ledger_exists(paths: JobPaths) -> bool:
 
 
 # -- trainer ------------------------------------------------------------------------------------
-def trainer_state(progress: dict, queued: dict[str, dict[str, int]], metrics_dir: StorageLocation,
-                  job_name: str, now: float) -> dict[str, Any]:  # fmt: skip
+def trainer_state(
+    progress: dict, queued: dict[str, dict[str, int]], metrics_dir: StorageLocation, job_name: str, now: float
+) -> dict[str, Any]:
     """Input wait (the share of loop time the trainer waited for data), back-pressure, and lag:
     windows committed but not trained yet, and how far (seconds of windows) training is behind
     the newest committed window."""
@@ -222,9 +254,16 @@ def executors(job: PrimusJob, pool_slots: int | None = None) -> dict[str, dict[s
             replicas = pool_slots  # the batch executors run as the pool's mapped tasks
         series = executor_series(spec.replicas, decisions)
         cpu, memory = role_resources(job, role)
-        out[role] = {"replicas": replicas, "spec_replicas": spec.replicas, "min": spec.min_count,
-                     "max": spec.max_count, "cpu": cpu, "memory": memory, "series": series,
-                     "decisions": decisions}  # fmt: skip
+        out[role] = {
+            "replicas": replicas,
+            "spec_replicas": spec.replicas,
+            "min": spec.min_count,
+            "max": spec.max_count,
+            "cpu": cpu,
+            "memory": memory,
+            "series": series,
+            "decisions": decisions,
+        }
     return out
 
 
@@ -253,14 +292,21 @@ def dtgg_graph(job: PrimusJob) -> dict[str, list[dict[str, Any]]]:
             edges.append({"from": sid, "to": "trainer", "label": stream.shuffle})
             continue
         how = f"{stream.join.how} join on {', '.join(stream.join.keys)}" if stream.join else "union"
-        nodes += [{"id": f"{sid}/join", "label": f"{sid}: {how}", "column": 3},
-                  {"id": f"{sid}/sink", "label": f"{sid}: sink, lag {stream.lag}", "column": 4}]  # fmt: skip
+        nodes += [
+            {"id": f"{sid}/join", "label": f"{sid}: {how}", "column": 3},
+            {"id": f"{sid}/sink", "label": f"{sid}: sink, lag {stream.lag}", "column": 4},
+        ]
         for source in stream.sources:
             src = f"{sid}/{source.name}"
-            nodes += [{"id": src, "label": f"{source.name}: {source.format}", "column": 1},
-                      {"id": f"{src}/tasks", "label": f"data tasks ({source.name})", "column": 2}]  # fmt: skip
-            edges += [{"from": "timer", "to": src}, {"from": src, "to": f"{src}/tasks"},
-                      {"from": f"{src}/tasks", "to": f"{sid}/join"}]  # fmt: skip
+            nodes += [
+                {"id": src, "label": f"{source.name}: {source.format}", "column": 1},
+                {"id": f"{src}/tasks", "label": f"data tasks ({source.name})", "column": 2},
+            ]
+            edges += [
+                {"from": "timer", "to": src},
+                {"from": src, "to": f"{src}/tasks"},
+                {"from": f"{src}/tasks", "to": f"{sid}/join"},
+            ]
         edges += [{"from": f"{sid}/join", "to": f"{sid}/sink"}, {"from": f"{sid}/sink", "to": "trainer"}]
     label = f"trainer: {job.spec.training.mode} on {job.spec.resources.backend}"
     nodes.append({"id": "trainer", "label": label, "column": 5})
@@ -275,8 +321,9 @@ def mermaid_of(doc: str | None) -> str | None:
     return body.split("```", 1)[0].strip("\n")
 
 
-def window_of_run(data_interval_start: datetime | None, logical_date: datetime | None,
-                  conf: dict | None = None) -> str | None:  # fmt: skip
+def window_of_run(
+    data_interval_start: datetime | None, logical_date: datetime | None, conf: dict | None = None
+) -> str | None:
     """The window id a DAG run processes: a manual run's ``window_start`` conf, else its data
     interval's start (else its logical date); None for a run with neither."""
     start = (conf or {}).get(WINDOW_PARAM)

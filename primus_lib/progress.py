@@ -51,8 +51,13 @@ def window_summary(stats: WindowMetrics) -> dict[str, Any]:
 
 def write_progress(path: Where, consumed: dict, step: int, stream_position: dict, mode: str) -> None:
     """Replace the file atomically: a reader never sees half of it."""
-    document = {"consumed": consumed, "step": step, "stream_position": stream_position, "mode": mode,
-                "written_at": time.time()}  # fmt: skip
+    document = {
+        "consumed": consumed,
+        "step": step,
+        "stream_position": stream_position,
+        "mode": mode,
+        "written_at": time.time(),
+    }
     locate(path).put_atomic(json.dumps(document, indent=1, sort_keys=True).encode("utf-8"))
 
 

@@ -51,8 +51,18 @@ def test_durations_for_people():
 
 def test_datagen_prints_one_line_per_hour(tmp_path, monkeypatch, capsys):
     spec, _ = make_job(tmp_path, monkeypatch, hours=1, rows=10)
-    argv = ["datagen", str(spec), "--out", str(tmp_path / "d"), "--start", "2026-11-01T00:00Z",
-            "--end", "2026-11-01T03:00Z", "--rows-per-hour", "20"]  # fmt: skip
+    argv = [
+        "datagen",
+        str(spec),
+        "--out",
+        str(tmp_path / "d"),
+        "--start",
+        "2026-11-01T00:00Z",
+        "--end",
+        "2026-11-01T03:00Z",
+        "--rows-per-hour",
+        "20",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
@@ -70,8 +80,18 @@ def test_datagen_prints_one_line_per_hour(tmp_path, monkeypatch, capsys):
 
 def test_eval_prints_a_line_per_mode_and_scored_window(tmp_path, monkeypatch, capsys):
     spec, _ = make_job(tmp_path, monkeypatch, hours=4, lag="1h", rows=80)
-    argv = ["eval", str(spec), "--modes", "mtrm,offline", "--seeds", "0", "--out", str(tmp_path / "out"),
-            "--eval-from", "2026-11-01T02:00:00Z"]  # fmt: skip
+    argv = [
+        "eval",
+        str(spec),
+        "--modes",
+        "mtrm,offline",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path / "out"),
+        "--eval-from",
+        "2026-11-01T02:00:00Z",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     steps = [line for line in captured.err.splitlines() if line.startswith("eval [")]
@@ -100,9 +120,16 @@ def _airflow(states: list[list[str | None]]):
     def answer(r):
         if r.path.endswith("/dagRuns"):
             answer.now = next(polls)
-            runs = [{"logical_date": d, "state": s or "queued", "run_type": "backfill", "start_date":
-                     "2026-11-30T10:00:00Z", "end_date": "2026-11-30T10:01:05Z" if s else None}
-                    for d, s in zip(dates, answer.now, strict=True)]  # fmt: skip
+            runs = [
+                {
+                    "logical_date": d,
+                    "state": s or "queued",
+                    "run_type": "backfill",
+                    "start_date": "2026-11-30T10:00:00Z",
+                    "end_date": "2026-11-30T10:01:05Z" if s else None,
+                }
+                for d, s in zip(dates, answer.now, strict=True)
+            ]
             return 200, {"dag_runs": [old, *runs]}
         done = all(answer.now)
         return 200, {"id": 7, "completed_at": "2026-11-30T10:02:00Z" if done else None}
@@ -111,8 +138,9 @@ def _airflow(states: list[list[str | None]]):
 
 
 def test_backfill_wait_prints_each_window_as_it_finishes_then_a_summary():
-    http = _airflow([[None, None, None], ["success", None, None], ["success", None, None],
-                     ["success", "failed", "success"]])  # fmt: skip
+    http = _airflow(
+        [[None, None, None], ["success", None, None], ["success", None, None], ["success", "failed", "success"]]
+    )
     api = AirflowApi("http://af:8080", session=http.session())
     err = io.StringIO()
     first, last = datetime(2026, 11, 1, 1, tzinfo=UTC), datetime(2026, 11, 1, 3, tzinfo=UTC)

@@ -89,7 +89,8 @@ def test_prometheus_configuration_passes_promtool(tmp_path):
     assert "/etc/prometheus/primus-rules.yml" in text
     config = tmp_path / "prometheus.yml"
     config.write_text(text.replace("/etc/prometheus/primus-rules.yml", str(rules)))
-    done = subprocess.run([_tool("promtool"), "check", "config", str(config)], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [_tool("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout + done.stderr

@@ -24,8 +24,11 @@ def test_the_controller_identity_is_config_rbac_s_in_its_namespace():
     env = {e["name"]: e["value"] for e in VALUES["env"]}
     namespace = env["PRIMUS_KUBE_NAMESPACE"]
     accounts = {(d["metadata"]["name"], d["metadata"]["namespace"]) for d in _rbac() if d["kind"] == "ServiceAccount"}
-    for account in (VALUES["workers"]["serviceAccount"], VALUES["workers"]["kubernetes"]["serviceAccount"],
-                    VALUES["triggerer"]["serviceAccount"]):  # fmt: skip
+    for account in (
+        VALUES["workers"]["serviceAccount"],
+        VALUES["workers"]["kubernetes"]["serviceAccount"],
+        VALUES["triggerer"]["serviceAccount"],
+    ):
         assert account == {"create": False, "name": "primus-controller"}
         assert (account["name"], namespace) in accounts
     bound = {(s["name"], s["namespace"]) for d in _rbac() if d["kind"] == "RoleBinding" for s in d["subjects"]}
@@ -46,11 +49,16 @@ def test_executor_image_and_airflow_version_match_the_dockerfile():
 
 
 def test_every_secret_the_values_name_is_created_in_the_guide():
-    names = {VALUES["data"]["metadataSecretName"], VALUES["fernetKeySecretName"], VALUES["apiSecretKeySecretName"],
-             VALUES["jwtSecretName"]} | {s["secretName"] for s in VALUES["secret"]}  # fmt: skip
+    names = {
+        VALUES["data"]["metadataSecretName"],
+        VALUES["fernetKeySecretName"],
+        VALUES["apiSecretKeySecretName"],
+        VALUES["jwtSecretName"],
+    } | {s["secretName"] for s in VALUES["secret"]}
     created = set(re.findall(r"create secret generic ([a-z0-9-]+)", DOC))
     assert names == created
     for item in VALUES["secret"]:  # the key each env var reads is the one the guide creates
-        assert re.search(rf"secret generic {item['secretName']}[^\n]*(\n[^\n]*)?--from-literal={item['secretKey']}=",
-                         DOC), item  # fmt: skip
+        assert re.search(
+            rf"secret generic {item['secretName']}[^\n]*(\n[^\n]*)?--from-literal={item['secretKey']}=", DOC
+        ), item
     assert {s["envName"] for s in VALUES["secret"]} >= {"AIRFLOW_CONN_PRIMUS_STORAGE_DEFAULT", "PRIMUS_DATABASE"}

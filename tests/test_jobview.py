@@ -48,8 +48,16 @@ def test_a_job_before_any_run_has_no_windows_and_creates_no_state(job):
     assert executors["replicas"] == 2 and executors["series"] == [{"at": None, "replicas": 2, "action": "spec"}]
     assert executors["decisions"] == [] and (executors["cpu"], executors["memory"]) == (1.0, 2**30)
     nodes = {n["id"]: n["column"] for n in view["dtgg"]["graph"]["nodes"]}
-    assert nodes == {"timer": 0, "history/join": 3, "history/sink": 4, "history/impressions": 1,
-                     "history/impressions/tasks": 2, "history/clicks": 1, "history/clicks/tasks": 2, "trainer": 5}  # fmt: skip
+    assert nodes == {
+        "timer": 0,
+        "history/join": 3,
+        "history/sink": 4,
+        "history/impressions": 1,
+        "history/impressions/tasks": 2,
+        "history/clicks": 1,
+        "history/clicks/tasks": 2,
+        "trainer": 5,
+    }
     assert {"from": "history/sink", "to": "trainer"} in view["dtgg"]["graph"]["edges"]
     assert json.loads(json.dumps(view)) == view  # what the endpoint returns: plain JSON
 
@@ -68,9 +76,11 @@ def test_each_window_shows_how_far_it_got_with_its_run_and_metrics(job):
     queue.append("history", W1, "/w1", 280)
     consumed = {f"history/{W0}": {"samples": 300, "auc": 0.61, "logloss": 0.52, "at": 50.0}}
     write_progress(paths.progress, consumed, step=3, stream_position={}, mode="offline")
-    runs = [{"window": W0, "run_id": "r0", "state": "success", "run_type": "backfill", "start_date": "a", "end_date": "b"},
-            {"window": W1, "run_id": "r1", "state": "running", "run_type": "backfill", "start_date": "c", "end_date": None},
-            {"window": W3, "run_id": "r3", "state": "queued", "run_type": "scheduled", "start_date": None, "end_date": None}]  # fmt: skip
+    runs = [
+        {"window": W0, "run_id": "r0", "state": "success", "run_type": "backfill", "start_date": "a", "end_date": "b"},
+        {"window": W1, "run_id": "r1", "state": "running", "run_type": "backfill", "start_date": "c", "end_date": None},
+        {"window": W3, "run_id": "r3", "state": "queued", "run_type": "scheduled", "start_date": None, "end_date": None},
+    ]  # fmt: skip # a table: one run per row, the same keys in the same columns
 
     view = job_view(job, runs, now=1000.0)
 
@@ -81,8 +91,17 @@ def test_each_window_shows_how_far_it_got_with_its_run_and_metrics(job):
     assert rows[W0]["streams"]["history"] == {"tasks": {"succeeded": 2}, "committed_rows": 300, "trained": True}
     assert rows[W2]["streams"]["history"]["tasks"] == {"pending": 2}
     assert rows[W0]["samples"] == 300 and rows[W1]["samples"] is None
-    assert view["metrics"] == [{"stream": "history", "window": W0, "start": "2026-11-01T00:00:00+00:00",
-                                "auc": 0.61, "logloss": 0.52, "samples": 300, "at": 50.0}]  # fmt: skip
+    assert view["metrics"] == [
+        {
+            "stream": "history",
+            "window": W0,
+            "start": "2026-11-01T00:00:00+00:00",
+            "auc": 0.61,
+            "logloss": 0.52,
+            "samples": 300,
+            "at": 50.0,
+        }
+    ]
     trainer = view["trainer"]
     assert (trainer["lag_windows"], trainer["untrained"], trainer["lag_seconds"]) == (1, [f"history/{W1}"], 3600.0)
     assert (trainer["newest_trained"], trainer["newest_committed"], trainer["step"]) == (W0, W1, 3)
@@ -107,17 +126,41 @@ def test_the_trainer_input_wait_comes_from_its_metric_snapshots(job):
 def test_scaling_decisions_give_the_executor_count_over_time_with_their_inputs(job):
     store = ScalingStore(allocations_dir(job) / "data_executor")
     inputs = {"buffer": 0.05, "executors": 2, "trainer_starved": 0.6, "load": 1.4}
-    store.record({"policy": "horizontal", "action": "scale_up", "role": "data_executor", "replicas": 3,
-                  "cpu": None, "memory": None, "reason": "trainer starved", "inputs": inputs, "at": 200.0})  # fmt: skip
-    store.record({"policy": "vertical", "action": "resize", "role": "data_executor", "replicas": None,
-                  "cpu": 2.0, "memory": 2**31, "reason": "cpu", "inputs": {"cpu": 0.95}, "at": 300.0})  # fmt: skip
+    store.record(
+        {
+            "policy": "horizontal",
+            "action": "scale_up",
+            "role": "data_executor",
+            "replicas": 3,
+            "cpu": None,
+            "memory": None,
+            "reason": "trainer starved",
+            "inputs": inputs,
+            "at": 200.0,
+        }
+    )
+    store.record(
+        {
+            "policy": "vertical",
+            "action": "resize",
+            "role": "data_executor",
+            "replicas": None,
+            "cpu": 2.0,
+            "memory": 2**31,
+            "reason": "cpu",
+            "inputs": {"cpu": 0.95},
+            "at": 300.0,
+        }
+    )
     store.save({"allocation": {"replicas": 3, "cpu": 2.0, "memory": 2**31}})
 
     executors = job_view(job, now=1000.0)["executors"]["data_executor"]
 
     assert executors["replicas"] == 3
-    assert executors["series"] == [{"at": None, "replicas": 2, "action": "spec"},
-                                   {"at": 200.0, "replicas": 3, "action": "scale_up"}]  # fmt: skip
+    assert executors["series"] == [
+        {"at": None, "replicas": 2, "action": "spec"},
+        {"at": 200.0, "replicas": 3, "action": "scale_up"},
+    ]
     assert [d["inputs"] for d in executors["decisions"]] == [inputs, {"cpu": 0.95}]
     assert job_view(job, pool_slots=4, now=1000.0)["executors"]["data_executor"]["replicas"] == 4  # the pool: Airflow's
 
@@ -129,7 +172,10 @@ def test_the_timer_windows_that_started_are_listed_waiting(job):
 
     now = datetime(2026, 11, 1, 2, 30, tzinfo=UTC).timestamp()
     assert [(w["window"], w["state"], w["run"]) for w in job_view(job, now=now)["windows"]] == [
-        (W0, "waiting", None), (W1, "waiting", None), (W2, "waiting", None)]  # fmt: skip
+        (W0, "waiting", None),
+        (W1, "waiting", None),
+        (W2, "waiting", None),
+    ]
     later = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
     assert [w["window"] for w in job_view(job, now=later)["windows"]] == [W0, W1, W2, W3]  # the timer ends at 04:00
     assert grid_windows(job, later, limit=2) == [W2, W3]  # the newest only

@@ -50,8 +50,9 @@ def _scanned_files() -> list[Path]:
 
 def test_only_the_settings_module_reads_the_environment():
     reads = [hit for path in _scanned_files() for hit in _environ_reads(path)]
-    assert reads == [], "read the environment through primus_lib.settings (a deployment fact) or put the " \
-        f"switch in the spec: {reads}"  # fmt: skip
+    assert reads == [], (
+        f"read the environment through primus_lib.settings (a deployment fact) or put the switch in the spec: {reads}"
+    )
 
 
 def test_the_scan_sees_every_form_of_a_read(tmp_path):

@@ -117,9 +117,12 @@ class Roles:
     def start(self, name: str, args: list[str], extra: dict[str, str] | None = None) -> subprocess.Popen:
         home, env = self.private(name)
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=home, env={**env, **(extra or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [sys.executable, *args],
+            cwd=home,
+            env={**env, **(extra or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         self.procs.append(proc)
         return proc
 
@@ -166,7 +169,9 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
     generate(data, START, START + timedelta(hours=HOURS), rows_per_hour=ROWS, seed=5)
     pafs.copy_files(str(data / "impressions"), f"{bucket}/data/impressions", destination_filesystem=s3)
     pafs.copy_files(str(data / "clicks"), f"{bucket}/data/clicks", destination_filesystem=s3)
-    batch_ids = [i for f in sorted((data / "impressions").rglob("*.parquet")) for i in pq.read_table(f)["request_id"].to_pylist()]  # fmt: skip
+    batch_ids = [
+        i for f in sorted((data / "impressions").rglob("*.parquet")) for i in pq.read_table(f)["request_id"].to_pylist()
+    ]
     events = [json.loads(line) for line in (data / "stream" / "events.jsonl").read_text().splitlines()]
     # The trainer trains stream rows in full minibatches only: a partial one waits for more events
     # (it is not checkpointed, so a successor is served it again). A whole number of minibatches
@@ -188,14 +193,29 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
 
     def executor(index: int) -> subprocess.Popen:
         args = ["-m", "primus_lib.cli.main", "executor", "job.yaml", "--index", str(index), "--replicas", "2"]
-        proc = roles.start(f"executor{index}", [*args, "--port", str(ports[index]), "--buffer-rows", "300",
-                                                "--poll-rows", "100"])  # fmt: skip
+        proc = roles.start(
+            f"executor{index}", [*args, "--port", str(ports[index]), "--buffer-rows", "300", "--poll-rows", "100"]
+        )
         wait_for_line(proc, "serving", timeout=120.0)
         return proc
 
     def trainer(name: str, idle_exit: int, step_delay: float) -> subprocess.Popen:
-        args = ["-m", "primus_lib.cli.main", "train", "job.yaml", "--checkpoint-steps", "3", "--poll-interval",
-                "0.1", "--idle-exit", str(idle_exit), "--sample-log", str(log), "--step-delay", str(step_delay)]  # fmt: skip
+        args = [
+            "-m",
+            "primus_lib.cli.main",
+            "train",
+            "job.yaml",
+            "--checkpoint-steps",
+            "3",
+            "--poll-interval",
+            "0.1",
+            "--idle-exit",
+            str(idle_exit),
+            "--sample-log",
+            str(log),
+            "--step-delay",
+            str(step_delay),
+        ]
         return roles.start(name, args)
 
     def window(hour: int, kill_a_task: bool = False) -> None:

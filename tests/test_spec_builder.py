@@ -27,8 +27,12 @@ def test_every_preset_is_a_valid_job_and_survives_its_yaml(tmp_path):
 def test_keywords_change_what_they_name_and_nothing_else():
     base, changed = job_doc(), job_doc(hours=2, mode="offline", batch_size=16, sharding="dmp")
     assert changed["spec"]["timer"]["end"] == "2026-11-01T02:00:00Z"
-    assert changed["spec"]["training"] == {**base["spec"]["training"], "mode": "offline", "batch_size": 16,
-                                           "sharding": "dmp"}  # fmt: skip
+    assert changed["spec"]["training"] == {
+        **base["spec"]["training"],
+        "mode": "offline",
+        "batch_size": 16,
+        "sharding": "dmp",
+    }
     assert {k: v for k, v in changed["spec"].items() if k not in ("timer", "training")} == {
         k: v for k, v in base["spec"].items() if k not in ("timer", "training")
     }

@@ -23,8 +23,14 @@ from tests.fixtures.airflow import copy_dags
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "stack-test-admin"
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow, pytest.mark.postgres,
-              pytest.mark.kafka, pytest.mark.prometheus]  # fmt: skip
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.airflow,
+    pytest.mark.postgres,
+    pytest.mark.kafka,
+    pytest.mark.prometheus,
+]
 
 
 def _require_servers() -> None:
@@ -41,8 +47,14 @@ def _require_servers() -> None:
 
 
 def _stack(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devstack.stack", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "devstack.stack", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _pids(state: Path) -> dict[str, int]:
@@ -95,8 +107,15 @@ def test_up_is_healthy_idempotent_and_down_up_keeps_the_state(stack_env):
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"Airflow UI      {airflow}   login: admin / {PASSWORD}" in first.stdout
     pids = _pids(state)
-    assert set(pids) == {"postgres", "kafka", "prometheus", "airflow-api-server", "airflow-scheduler",
-                         "airflow-dag-processor", "airflow-triggerer"}  # fmt: skip
+    assert set(pids) == {
+        "postgres",
+        "kafka",
+        "prometheus",
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    }
     assert all(_alive(pid) for pid in pids.values())
 
     # every service answers
@@ -146,8 +165,12 @@ def test_up_is_healthy_idempotent_and_down_up_keeps_the_state(stack_env):
 
 def _client_env(state: Path) -> dict[str, str]:
     """The variables ``<state>/env.sh`` exports, as a shell that sources it sees them."""
-    done = subprocess.run(["bash", "-c", f'set -a; source "{state}/env.sh"; env -0'], capture_output=True,
-                          check=True, env={"PATH": os.environ.get("PATH", "")})  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", f'set -a; source "{state}/env.sh"; env -0'],
+        capture_output=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
     return dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
 
 

@@ -83,8 +83,9 @@ def pod_mutation_hook(pod: k8s.V1Pod) -> None:
         credentials = PrimusStorageHook(connection).credentials() if connection else None
         decided = read_allocations(locate(where, credentials)).get(role)
     except Exception as exc:  # never stop the pod: its parse-time size stands
-        log.warning("primus: pod %s keeps its parse-time resources (%s: %s)", pod.metadata.name,
-                    type(exc).__name__, exc)  # fmt: skip
+        log.warning(
+            "primus: pod %s keeps its parse-time resources (%s: %s)", pod.metadata.name, type(exc).__name__, exc
+        )
         return
     if decided:
         set_resources(pod, float(decided["cpu"]), float(decided["memory"]))

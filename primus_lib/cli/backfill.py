@@ -40,15 +40,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--from", dest="start", required=True, help="ISO instant (UTC): first window start")
     parser.add_argument("--to", dest="end", required=True, help="ISO instant (UTC, exclusive): windows start before it")
     parser.add_argument("--dry-run", action="store_true", help="print the windows and the request, change nothing")
-    parser.add_argument("--reprocess", choices=["none", "completed", "failed"], default="failed",
-                        help="windows that already have a run: redo failed ones (default), redo all (completed; "
-                        "idempotent), or none (Airflow refuses none for our depends_on_past Sink)")  # fmt: skip
-    parser.add_argument("--max-active-runs", type=int, default=3,
-                        help="windows in flight at once (default 3; keep >= 2: the trainer finishes window N's "
-                        "last partial minibatch with window N+1's rows)")  # fmt: skip
+    parser.add_argument(
+        "--reprocess",
+        choices=["none", "completed", "failed"],
+        default="failed",
+        help="windows that already have a run: redo failed ones (default), redo all (completed; "
+        "idempotent), or none (Airflow refuses none for our depends_on_past Sink)",
+    )
+    parser.add_argument(
+        "--max-active-runs",
+        type=int,
+        default=3,
+        help="windows in flight at once (default 3; keep >= 2: the trainer finishes window N's "
+        "last partial minibatch with window N+1's rows)",
+    )
     parser.add_argument("--mode", choices=["service", "inline", "skip"], help="trainer mode for these runs (DAG param)")
-    parser.add_argument("--api", default=None,
-                        help="Airflow API server URL (default $PRIMUS_AIRFLOW_API; none: the local airflow CLI)")  # fmt: skip
+    parser.add_argument(
+        "--api", default=None, help="Airflow API server URL (default $PRIMUS_AIRFLOW_API; none: the local airflow CLI)"
+    )
     parser.add_argument("--user", help="API user (default the connection's login, else admin)")
     secret = "file whose first line is the API password (default the connection's)"
     parser.add_argument("--password-file", metavar="PATH", help=secret)
@@ -105,9 +114,21 @@ def _via_cli(args: argparse.Namespace, body: dict) -> int:
     airflow = shutil.which("airflow") or os.path.join(os.path.dirname(sys.executable), "airflow")
     if not args.keep_paused:
         subprocess.run([airflow, "dags", "unpause", body["dag_id"]], check=False)
-    command = [airflow, "backfill", "create", "--dag-id", body["dag_id"], "--from-date", body["from_date"],
-               "--to-date", body["to_date"], "--reprocess-behavior", body["reprocess_behavior"],
-               "--max-active-runs", str(body["max_active_runs"])]  # fmt: skip
+    command = [
+        airflow,
+        "backfill",
+        "create",
+        "--dag-id",
+        body["dag_id"],
+        "--from-date",
+        body["from_date"],
+        "--to-date",
+        body["to_date"],
+        "--reprocess-behavior",
+        body["reprocess_behavior"],
+        "--max-active-runs",
+        str(body["max_active_runs"]),
+    ]
     if body["dag_run_conf"]:
         command += ["--dag-run-conf", json.dumps(body["dag_run_conf"])]
     print("running: " + " ".join(command))
@@ -197,8 +218,10 @@ class WindowLines:
     def summary(self, backfill_id: object, dag_id: str) -> str:
         ok = sum(run["state"] == "success" for run in self.finished.values())
         total = self.progress.total
-        line = (f"backfill {backfill_id} of {dag_id}: {len(self.finished)}/{total} windows finished, "
-                f"{ok} success, {len(self.failed())} failed, in {seconds(self.progress.elapsed())}")  # fmt: skip
+        line = (
+            f"backfill {backfill_id} of {dag_id}: {len(self.finished)}/{total} windows finished, "
+            f"{ok} success, {len(self.failed())} failed, in {seconds(self.progress.elapsed())}"
+        )
         if self.failed():
             line += "; failed: " + ", ".join(iso(when) for when in self.failed())
         return line

@@ -18,8 +18,16 @@ class Progress:
     ``tty`` forces the mode (default: whether ``stream`` is a terminal).
     """
 
-    def __init__(self, label: str, total: int | None, unit: str, *, quiet: bool = False,
-                 stream: TextIO | None = None, tty: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        unit: str,
+        *,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+    ) -> None:
         self.label, self.total, self.unit, self.quiet = label, total, unit, quiet
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0

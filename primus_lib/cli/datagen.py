@@ -60,8 +60,16 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with progress:
-            result = generate(out, start, end, rows_per_hour=args.rows_per_hour, seed=args.seed, config=config,
-                              kafka=kafka, on_hour=on_hour)  # fmt: skip
+            result = generate(
+                out,
+                start,
+                end,
+                rows_per_hour=args.rows_per_hour,
+                seed=args.seed,
+                config=config,
+                kafka=kafka,
+                on_hour=on_hour,
+            )
     except ValueError as exc:
         print(f"primus {exc}", file=sys.stderr)
         return 2

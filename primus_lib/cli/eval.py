@@ -102,8 +102,10 @@ class EvalProgress(Progress):
             self.skip()
             return
         auc = "n/a" if score["auc"] is None else f"{score['auc']:.4f}"  # an hour without clicks has none
-        self.advance(f"{run} seed {seed} window {iso(hour)} auc {auc} "
-                     f"logloss {score['logloss']:.4f} ({score['samples']} samples)")  # fmt: skip
+        self.advance(
+            f"{run} seed {seed} window {iso(hour)} auc {auc} "
+            f"logloss {score['logloss']:.4f} ({score['samples']} samples)"
+        )
 
     def finished(self, line: str) -> None:
         self.note(line, file=sys.stdout)

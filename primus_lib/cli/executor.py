@@ -64,14 +64,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         for name in streams:
             service = ExecutorService(
-                job, name, index, replicas, host=args.host, port=args.port, advertise=args.advertise,
-                capacity_rows=args.buffer_rows, poll_rows=args.poll_rows, discovery=discovery_for(job, name),
+                job,
+                name,
+                index,
+                replicas,
+                host=args.host,
+                port=args.port,
+                advertise=args.advertise,
+                capacity_rows=args.buffer_rows,
+                poll_rows=args.poll_rows,
+                discovery=discovery_for(job, name),
                 lease=args.lease_seconds or LEASE_SECONDS,
-            )  # fmt: skip
+            )
             services.append(service.start())
             service.report()
-            print(f"executor {name}/{index} of {replicas} serving {service.location} partitions {service.keys}",
-                  flush=True)  # fmt: skip
+            print(
+                f"executor {name}/{index} of {replicas} serving {service.location} partitions {service.keys}",
+                flush=True,
+            )
         stop.wait()
     finally:
         for service in services:

@@ -47,14 +47,29 @@ def run(args: argparse.Namespace) -> int:
             missing = plan.missing
             break
         sources = {s.name: len(plan.by_source(s.name)) for s in job.stream(stream).sources}
-        windows.append({"window": plan.window, "start": plan.start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        "tasks": len(plan.tasks), "by_source": sources, "cached": plan.cached})  # fmt: skip
+        windows.append(
+            {
+                "window": plan.window,
+                "start": plan.start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "tasks": len(plan.tasks),
+                "by_source": sources,
+                "cached": plan.cached,
+            }
+        )
         if not args.json:
             detail = ", ".join(f"{k} {v}" for k, v in sources.items())
             print(f"{plan.window} {stream}: {len(plan.tasks)} tasks ({detail}){' [cached]' if plan.cached else ''}")
     seconds = time.perf_counter() - began
-    report = {"job": job.name, "stream": stream, "windows": windows, "complete": not missing, "missing": missing,
-              "tasks": sum(w["tasks"] for w in windows), "listings": planner.listings, "seconds": round(seconds, 3)}  # fmt: skip
+    report = {
+        "job": job.name,
+        "stream": stream,
+        "windows": windows,
+        "complete": not missing,
+        "missing": missing,
+        "tasks": sum(w["tasks"] for w in windows),
+        "listings": planner.listings,
+        "seconds": round(seconds, 3),
+    }
     if args.json:
         print(json.dumps(report))
     else:

@@ -52,8 +52,9 @@ class SampleBuffer:
         """Fill level in [0, 1] (an empty buffer means the trainer outruns its data executors)."""
         return min(1.0, self._rows / self.capacity)
 
-    def put(self, batch: pa.RecordBatch, offsets: tuple[list[str], np.ndarray] | None = None,
-            timeout: float | None = None) -> bool:  # fmt: skip
+    def put(
+        self, batch: pa.RecordBatch, offsets: tuple[list[str], np.ndarray] | None = None, timeout: float | None = None
+    ) -> bool:
         """Add a batch; blocks while full. False on timeout. A batch larger than the capacity is admitted alone."""
         if batch.num_rows == 0:
             return True
@@ -171,8 +172,9 @@ class SampleBuffer:
                 if gone < len(keep):
                     rows = np.flatnonzero(keep)
                     batch = item.batch.slice(item.start).take(pa.array(rows))
-                    kept.append(_Item(batch, [item.keys[item.start + i] for i in rows],
-                                      item.offsets[item.start :][rows]))  # fmt: skip
+                    kept.append(
+                        _Item(batch, [item.keys[item.start + i] for i in rows], item.offsets[item.start :][rows])
+                    )
             self._items = kept
             self._rows -= dropped
             self._cond.notify_all()

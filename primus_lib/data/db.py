@@ -53,39 +53,57 @@ Location = Path | str | URL
 METADATA = MetaData()
 
 data_windows = Table(
-    "data_windows", METADATA,
-    Column("stream", Text, primary_key=True), Column("window", Text, primary_key=True),
-    Column("tasks", Integer, nullable=False), Column("planned_at", Double, nullable=False),
-)  # fmt: skip
+    "data_windows",
+    METADATA,
+    Column("stream", Text, primary_key=True),
+    Column("window", Text, primary_key=True),
+    Column("tasks", Integer, nullable=False),
+    Column("planned_at", Double, nullable=False),
+)
 data_tasks = Table(
-    "data_tasks", METADATA,
-    Column("id", Text, primary_key=True), Column("stream", Text, nullable=False),
-    Column("window", Text, nullable=False), Column("source", Text, nullable=False),
-    Column("seq", Integer, nullable=False), Column("body", Text, nullable=False),
-    Column("state", Text, nullable=False), Column("attempts", Integer, nullable=False, server_default=text("0")),
-    Column("executor", Text), Column("error", Text), Column("output", Text),
+    "data_tasks",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("stream", Text, nullable=False),
+    Column("window", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("executor", Text),
+    Column("error", Text),
+    Column("output", Text),
     Column("updated", Double, nullable=False),
     Index("data_tasks_order", "state", "stream", "window", "seq"),
-)  # fmt: skip
+)
 data_executors = Table(
-    "data_executors", METADATA,
-    Column("id", Text, primary_key=True), Column("heartbeat", Double, nullable=False),
+    "data_executors",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("heartbeat", Double, nullable=False),
     Column("alive", Integer, nullable=False),
-)  # fmt: skip
+)
 stream_tasks = Table(
-    "stream_tasks", METADATA,
-    Column("stream", Text, primary_key=True), Column("partition", Text, primary_key=True),
-    Column("executor", Text), Column("assigned_at", Double),
-)  # fmt: skip
+    "stream_tasks",
+    METADATA,
+    Column("stream", Text, primary_key=True),
+    Column("partition", Text, primary_key=True),
+    Column("executor", Text),
+    Column("assigned_at", Double),
+)
 training_queue = Table(
-    "training_queue", METADATA,
+    "training_queue",
+    METADATA,
     Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("stream", Text, nullable=False), Column("window", Text, nullable=False),
-    Column("path", Text, nullable=False), Column("rows", Integer, nullable=False),
+    Column("stream", Text, nullable=False),
+    Column("window", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("rows", Integer, nullable=False),
     Column("committed_at", Double, nullable=False),
     UniqueConstraint("stream", "window"),
     sqlite_autoincrement=True,
-)  # fmt: skip
+)
 
 _SCHEMA_LOCK = 0x5052494D5553  # pg_advisory_xact_lock key: one schema creator at a time ("PRIMUS")
 _ENGINES: dict[tuple[int, str], Engine] = {}

@@ -158,8 +158,13 @@ class ExecutorStreamReader(StreamReader):
                 position = dict(self._fetched)
             told = client.action("seek", {"position": position, "lane": self.rank, "lanes": self.size})
             if told.get("mode", self.shuffle) != self.shuffle:
-                log.error("executor %d at %s serves shuffle %r, this reader wants %r", index, location,
-                          told.get("mode"), self.shuffle)  # fmt: skip
+                log.error(
+                    "executor %d at %s serves shuffle %r, this reader wants %r",
+                    index,
+                    location,
+                    told.get("mode"),
+                    self.shuffle,
+                )
                 stop.wait(self.retry * 10)
                 return
             with self._lock:  # it may have restarted with its start-up share: the watcher deals again
@@ -354,8 +359,9 @@ class ExecutorStreamReader(StreamReader):
             except ERRORS as exc:
                 self._failed(exc)
                 self.commit_failures += 1
-                log.warning("commit through executor %d at %s failed (the next checkpoint commits): %s",
-                            index, location, exc)  # fmt: skip
+                log.warning(
+                    "commit through executor %d at %s failed (the next checkpoint commits): %s", index, location, exc
+                )
         missing = sorted(set(body["position"]) - done)
         if missing and self.lane is None:  # rebalance: an offset is committed once every rank committed it
             log.warning("offsets of %s not committed this time (executor down)", missing)

@@ -276,8 +276,16 @@ class TaskLedger:
 
 
 def _row(stream: str, window: str, seq: int, task: DataTask, now: float) -> dict:
-    return {"id": task.id, "stream": stream, "window": window, "source": task.source, "seq": seq,
-            "body": task.to_json(), "state": PENDING, "updated": now}  # fmt: skip
+    return {
+        "id": task.id,
+        "stream": stream,
+        "window": window,
+        "source": task.source,
+        "seq": seq,
+        "body": task.to_json(),
+        "state": PENDING,
+        "updated": now,
+    }
 
 
 def _filters(**columns: str | None) -> list:

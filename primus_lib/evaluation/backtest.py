@@ -40,8 +40,16 @@ from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.runtime.loop import Trainer
 from primus_lib.train.runtime.options import TrainerOptions
 
-__all__ = ["BASE_MODES", "COMPLETE", "BacktestOptions", "RunConfig", "RunResult", "load_timeline", "run_backtest",
-           "run_one"]  # fmt: skip
+__all__ = [
+    "BASE_MODES",
+    "COMPLETE",
+    "BacktestOptions",
+    "RunConfig",
+    "RunResult",
+    "load_timeline",
+    "run_backtest",
+    "run_one",
+]
 BASE_MODES = MODES  # kept for callers of the old name
 _STORE: WindowStore | None = None  # committed batch windows, shared by runs over the same tables
 _VARIANT = re.compile(r"^([a-z_]+)(?:\[(.*)\])?$")
@@ -106,9 +114,15 @@ class RunConfig:
         """The run's StepConfig: the spec's, with this variant's overrides."""
         known = oracle_completeness(job, timeline) if self.c == "oracle" else self.c
         return StepConfig.resolve(
-            job, mode=self.mode, serve=self.serve, correction=self.corr, learning_rate=self.lr,
-            sparse_learning_rate=self.sparse_lr, seed=seed, completeness=known,
-        )  # fmt: skip
+            job,
+            mode=self.mode,
+            serve=self.serve,
+            correction=self.corr,
+            learning_rate=self.lr,
+            sparse_learning_rate=self.sparse_lr,
+            seed=seed,
+            completeness=known,
+        )
 
 
 @dataclass
@@ -163,10 +177,15 @@ class RunResult:
 
 
 def run_one(
-    job: PrimusJob, timeline: Timeline, config: RunConfig, seed: int, store: WindowStore | None = None,
-    on_hour: Callable[[datetime, dict | None], None] | None = None, model_seed: int | None = None,
+    job: PrimusJob,
+    timeline: Timeline,
+    config: RunConfig,
+    seed: int,
+    store: WindowStore | None = None,
+    on_hour: Callable[[datetime, dict | None], None] | None = None,
+    model_seed: int | None = None,
     capacity: int | None = None,
-) -> RunResult:  # fmt: skip
+) -> RunResult:
     """One mode, one seed: the trainer loop over the timeline's hours; ``on_hour(hour, score or None)``
     after each hour. ``model_seed`` (default ``seed``) draws the model's start; the result keeps ``seed``."""
     began = time.perf_counter()
@@ -190,12 +209,14 @@ def run_one(
             switch_at=timeline.hours[timeline.switch],
         )
         readers = {job.stream_streams[0].name: [world.replay]}
-        trainer = Trainer(job, options, readers, CollectorRegistry(), world.clock, stepper=stepper,
-                          coordinator=world, queue=queue)  # fmt: skip
+        trainer = Trainer(
+            job, options, readers, CollectorRegistry(), world.clock, stepper=stepper, coordinator=world, queue=queue
+        )
         trainer.run()
     scores = world.scores
-    return RunResult(config, seed, scores.windows, scores.labels, scores.probs, scores.steps,
-                     time.perf_counter() - began)  # fmt: skip
+    return RunResult(
+        config, seed, scores.windows, scores.labels, scores.probs, scores.steps, time.perf_counter() - began
+    )
 
 
 def oracle_completeness(job: PrimusJob, timeline: Timeline) -> float:
@@ -284,11 +305,20 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
             on_hour = None
             if observer is not None:
                 on_hour = functools.partial(observer.hour, config.name, seed)
-            result = run_one(job, timeline, config, seed, on_hour=on_hour, model_seed=seed + options.model_seed_offset,
-                             capacity=options.capacity)  # fmt: skip
+            result = run_one(
+                job,
+                timeline,
+                config,
+                seed,
+                on_hour=on_hour,
+                model_seed=seed + options.model_seed_offset,
+                capacity=options.capacity,
+            )
             report.add(result)
-            line = (f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
-                    f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s")  # fmt: skip
+            line = (
+                f"  {config.name:<40} seed {seed}: auc {report.overall(result)['auc']:.4f} "
+                f"logloss {report.overall(result)['logloss']:.4f} steps {result.steps} {result.seconds:.1f}s"
+            )
             if observer is not None:
                 observer.finished(line)
             else:

@@ -144,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     except PublicLogError as exc:
         print(f"public_log: {exc}", file=sys.stderr)
         return 2
-    print(f"{done.rows} impressions, {done.clicks} clicks ({done.realtime_clicks} in real time), "
-          f"{done.partitions} hourly partitions under {done.out}")  # fmt: skip
+    print(
+        f"{done.rows} impressions, {done.clicks} clicks ({done.realtime_clicks} in real time), "
+        f"{done.partitions} hourly partitions under {done.out}"
+    )
     return 0
 
 

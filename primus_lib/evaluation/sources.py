@@ -77,8 +77,11 @@ def _partition_files(job: PrimusJob, stream: StreamSpec, source: SourceSpec, hou
         raise EvalInputError(f"{name}: a batch source needs a uri")
     location = resolve(source.uri, _credentials(source, name))
     window = job.spec.timer.window_size
-    parts = {h: partition(location.path, h, source.file_pattern, source.success_marker) for h in hours
-             if (source.start is None or h + window > source.start) and (source.end is None or h < source.end)}  # fmt: skip
+    parts = {
+        h: partition(location.path, h, source.file_pattern, source.success_marker)
+        for h in hours
+        if (source.start is None or h + window > source.start) and (source.end is None or h < source.end)
+    }
     try:
         listing = FusedLister(threads=1).list(location.fs, {p.directory for p in parts.values()})
     except (OSError, pa.ArrowException) as exc:
@@ -94,9 +97,20 @@ def _partition_files(job: PrimusJob, stream: StreamSpec, source: SourceSpec, hou
             raise EvalInputError(f"{where}: partition missing ({name}, window {window_id(h)})")
         if part.marker and not any(e.name == part.marker for e in entries):
             raise EvalInputError(f"{where}: partition not complete, {part.marker} missing ({name})")
-        out[h] = [DataTask(location.uri(part.directory + e.name), stream.name, source.name, window_id(h),
-                           location.uri(part.directory + e.name), part.directory + e.name, source.format, e.size)
-                  for e in entries if part.matches(e.name)]  # fmt: skip
+        out[h] = [
+            DataTask(
+                location.uri(part.directory + e.name),
+                stream.name,
+                source.name,
+                window_id(h),
+                location.uri(part.directory + e.name),
+                part.directory + e.name,
+                source.format,
+                e.size,
+            )
+            for e in entries
+            if part.matches(e.name)
+        ]
     return out
 
 
@@ -158,8 +172,10 @@ def read_stream(job: PrimusJob, stream: StreamSpec, start: datetime, end: dateti
         except (DecodeError, OSError, pa.ArrowException) as exc:
             raise EvalInputError(f"{name}: {_line(exc)}") from None
         if letters.count:
-            print(f"primus eval: {name}: skipped {letters.count} malformed records (first: {letters.first})",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"primus eval: {name}: skipped {letters.count} malformed records (first: {letters.first})",
+                file=sys.stderr,
+            )
     return pa.concat_tables(tables).combine_chunks()
 
 
@@ -190,8 +206,9 @@ def _read_kafka(job, stream: StreamSpec, source: SourceSpec, letters: DeadLetter
     source = source.model_copy(update={"kafka": kafka})
     topic = f"kafka topic {source.kafka.topic!r} at {source.kafka.bootstrap_servers}"
     try:
-        reader = KafkaStreamReader(job, stream, source, group_id=f"primus-eval-{os.getpid()}-{time.time_ns()}",
-                                   dead_letters=letters)  # fmt: skip
+        reader = KafkaStreamReader(
+            job, stream, source, group_id=f"primus-eval-{os.getpid()}-{time.time_ns()}", dead_letters=letters
+        )
     except KafkaException as exc:
         raise EvalInputError(f"{topic}: {_line(exc)}") from None
     try:

@@ -121,8 +121,9 @@ class WindowStore:
             stream = job.batch_streams[0].name
             for hour, table in zip(timeline.hours, timeline.batch, strict=True):
                 wid = window_id(hour)
-                write_window(base / wid, table, stream=stream, window=wid, seed=0,
-                             rows_per_shard=max(table.num_rows, 1))  # fmt: skip
+                write_window(
+                    base / wid, table, stream=stream, window=wid, seed=0, rows_per_shard=max(table.num_rows, 1)
+                )
             self.written[key] = (list(timeline.batch), base)
         base = self.written[key][1]
         return [base / window_id(h) for h in timeline.hours]
@@ -142,9 +143,14 @@ class HourlyWorld(SingleProcess):
     """A world of one trainer whose data appears hour by hour (see the module docstring)."""
 
     def __init__(
-        self, job: PrimusJob, timeline: Timeline, stepper, queue: TrainingQueue, windows: list[Path],
+        self,
+        job: PrimusJob,
+        timeline: Timeline,
+        stepper,
+        queue: TrainingQueue,
+        windows: list[Path],
         capacity: int | None = None,
-    ):  # fmt: skip
+    ):
         super().__init__(stepper.mode, Path(tempfile.gettempdir()), Path(tempfile.gettempdir()))
         self.job, self.timeline, self.stepper, self.queue, self.windows = job, timeline, stepper, queue, windows
         self.capacity = capacity  # rows the trainer can train per hour (None: whatever has arrived)
@@ -193,8 +199,12 @@ class HourlyWorld(SingleProcess):
         batch = to_batch(rows, self.job.spec.features)
         served = stepper.predict(batch)
         labels = rows.column(COMPLETE).to_numpy().astype(np.float64)
-        entry = {"window": window_id(hour), "samples": rows.num_rows, "auc": auc(labels, served),
-                 "logloss": logloss(labels, served)}  # fmt: skip
+        entry = {
+            "window": window_id(hour),
+            "samples": rows.num_rows,
+            "auc": auc(labels, served),
+            "logloss": logloss(labels, served),
+        }
         scores.labels.append(labels)
         scores.probs["served"].append(served)
         if two_towers(stepper.mode):  # each tower alone too (report.json's memory_auc / adapt_auc)

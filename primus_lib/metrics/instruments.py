@@ -50,8 +50,16 @@ def _counter(registry: CollectorRegistry, name: str, doc: str) -> Counter:
 class ExecutorMetrics:
     """Gauges of one data executor: buffer fill, CPU and memory utilisation against its limits."""
 
-    def __init__(self, job: str, worker: str, cpu_limit: float, memory_limit: float, role: str = "data_executor",
-                 registry: CollectorRegistry = REGISTRY, pid: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: str,
+        worker: str,
+        cpu_limit: float,
+        memory_limit: float,
+        role: str = "data_executor",
+        registry: CollectorRegistry = REGISTRY,
+        pid: int | None = None,
+    ) -> None:
         self.labels = {n.JOB_LABEL: job, n.ROLE_LABEL: role, n.WORKER_LABEL: str(worker)}
         self.cpu_limit, self.memory_limit = float(cpu_limit), float(memory_limit)
         self.buffer = _gauge(registry, n.BUFFER_UTILISATION, "Sample buffer fill, 0..1").labels(**self.labels)

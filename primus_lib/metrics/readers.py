@@ -85,7 +85,9 @@ class RegistryReader(MetricsReader):
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
         top = lambda xs: max(xs) if xs else 0.0  # noqa: E731
         return Snapshot(
-            at=time.time(), executors=len(buffers), buffer=mean(buffers),
+            at=time.time(),
+            executors=len(buffers),
+            buffer=mean(buffers),
             cpu=mean(self._values(n.CPU_UTILISATION, self.role)),
             memory=mean(self._values(n.MEMORY_UTILISATION, self.role)),
             cpu_cores_max=top(self._values(n.CPU_USED_CORES, self.role)),
@@ -94,7 +96,7 @@ class RegistryReader(MetricsReader):
             trainer_starved=top(self._values(n.TRAINER_STARVED, "trainer")),
             trainer_backpressure=top(self._values(n.TRAINER_BACKPRESSURE, "trainer")),
             stream_lag=_sum_or_none(self._values(n.STREAM_LAG, self.role)),
-        )  # fmt: skip
+        )
 
 
 def _sum_or_none(values: list[float]) -> float | None:
@@ -109,8 +111,7 @@ class TextfileReader(RegistryReader):
     trainers on other hosts PUT their snapshots there). Files older than ``stale_seconds`` (a dead
     worker's last words) are ignored."""
 
-    def __init__(self, job: str, directory: Where, role: str = "data_executor",
-                 stale_seconds: float = 300.0) -> None:  # fmt: skip
+    def __init__(self, job: str, directory: Where, role: str = "data_executor", stale_seconds: float = 300.0) -> None:
         super().__init__(job, role)
         self.directory, self.stale_seconds = locate(directory), stale_seconds
 
@@ -141,8 +142,14 @@ def _fresh_snapshots(where: StorageLocation, since: float) -> Iterator[str]:
 class PrometheusReader(MetricsReader):
     """Instant and range queries against a Prometheus server's HTTP API (/api/v1/query[_range])."""
 
-    def __init__(self, url: str, job: str, role: str = "data_executor", timeout: float = 10.0,
-                 session: requests.Session | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        job: str,
+        role: str = "data_executor",
+        timeout: float = 10.0,
+        session: requests.Session | None = None,
+    ) -> None:
         super().__init__(job, role)
         self.url, self.timeout = url.rstrip("/"), timeout
         self.session = session or requests.Session()
@@ -172,15 +179,18 @@ class PrometheusReader(MetricsReader):
             return None
         value = lambda q: self.query(q) or 0.0  # noqa: E731
         return Snapshot(
-            at=time.time(), executors=int(count), buffer=value(f"avg({n.BUFFER_UTILISATION}{ex})"),
-            cpu=value(f"avg({n.CPU_UTILISATION}{ex})"), memory=value(f"avg({n.MEMORY_UTILISATION}{ex})"),
+            at=time.time(),
+            executors=int(count),
+            buffer=value(f"avg({n.BUFFER_UTILISATION}{ex})"),
+            cpu=value(f"avg({n.CPU_UTILISATION}{ex})"),
+            memory=value(f"avg({n.MEMORY_UTILISATION}{ex})"),
             cpu_cores_max=value(f"max({n.CPU_USED_CORES}{ex})"),
             memory_bytes_max=value(f"max({n.MEMORY_USED_BYTES}{ex})"),
             oom_kills=value(f"sum({n.OOM_KILLS}{ex})"),
             trainer_starved=value(f"max({n.TRAINER_STARVED}{tr})"),
             trainer_backpressure=value(f"max({n.TRAINER_BACKPRESSURE}{tr})"),
             stream_lag=self.query(f"sum({n.STREAM_LAG}{ex})"),
-        )  # fmt: skip
+        )
 
     def usage_history(self, lookback_seconds: float, step_seconds: float) -> list[UsagePoint] | None:
         end = time.time()

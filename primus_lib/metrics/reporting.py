@@ -64,8 +64,14 @@ def write_snapshot_to(directory: Where, name: str, registry: CollectorRegistry) 
 class SnapshotWriter:
     """Writes ``registry`` to ``directory/<name>.prom`` at most once per ``every`` seconds."""
 
-    def __init__(self, directory: Where, name: str, registry: CollectorRegistry,
-                 every: float = SNAPSHOT_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Where,
+        name: str,
+        registry: CollectorRegistry,
+        every: float = SNAPSHOT_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory, self.name, self.registry = locate(directory), name, registry
         self.every, self.clock = every, clock
         self.last = float("-inf")

@@ -172,8 +172,15 @@ class SharedStateDiscovery(ExecutorDiscovery):
 
     def register(self, index: int, location: str, info: dict) -> None:
         now = time.time()
-        body = {**info, "index": index, "location": advertised(location), "pid": os.getpid(),
-                "host": socket.getfqdn(), "started_at": now, "heartbeat_at": now}  # fmt: skip
+        body = {
+            **info,
+            "index": index,
+            "location": advertised(location),
+            "pid": os.getpid(),
+            "host": socket.getfqdn(),
+            "started_at": now,
+            "heartbeat_at": now,
+        }
         self._put(index, body)
         stop = threading.Event()
 

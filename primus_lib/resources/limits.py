@@ -76,8 +76,10 @@ def mib(value: float) -> str:
 
 
 def cap_message(name: str, cap: float, used: float, rss: float) -> str:
-    return (f"{name}: executor memory cap {mib(cap)} exceeded (RSS {mib(used)} above the {mib(rss - used)} "
-            f"the process held at the start; process RSS {mib(rss)})")  # fmt: skip
+    return (
+        f"{name}: executor memory cap {mib(cap)} exceeded (RSS {mib(used)} above the {mib(rss - used)} "
+        f"the process held at the start; process RSS {mib(rss)})"
+    )
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -152,8 +154,9 @@ class Cgroup:
         self.path, self.ooms_before = path, 0
 
     @classmethod
-    def make(cls, parent: Path, name: str, *, cpu: float, memory_max: float,
-             memory_high: float | None = None) -> Cgroup:  # fmt: skip
+    def make(
+        cls, parent: Path, name: str, *, cpu: float, memory_max: float, memory_high: float | None = None
+    ) -> Cgroup:
         group = cls(parent / re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:120])
         group.path.mkdir(exist_ok=True)
         if memory_high is not None:
@@ -361,8 +364,13 @@ def _apply(limits: Limits, name: str) -> Enforcement:
     group = None
     if parent is not None:
         try:
-            group = Cgroup.make(parent, f"primus-{os.getpid()}-{name}", cpu=limits.cpu, memory_high=limits.memory,
-                                memory_max=limits.memory * MEMORY_HARD_FACTOR)  # fmt: skip
+            group = Cgroup.make(
+                parent,
+                f"primus-{os.getpid()}-{name}",
+                cpu=limits.cpu,
+                memory_high=limits.memory,
+                memory_max=limits.memory * MEMORY_HARD_FACTOR,
+            )
             group.add(os.getpid())
             note = f"cgroup {group.path}"
         except OSError as exc:
@@ -371,10 +379,18 @@ def _apply(limits: Limits, name: str) -> Enforcement:
                 group.remove()
             group = None
     saved["parent"] = parent
-    enforcement = Enforcement(limits, threads, "cgroup v2" if group else "rss guard", note, group,
-                              _Guard(limits.memory), saved)  # fmt: skip
-    log.info("%s: %d thread(s) for %g cores, memory cap %s by %s (%s)", name, threads, limits.cpu,
-             mib(limits.memory), enforcement.memory, note)  # fmt: skip
+    enforcement = Enforcement(
+        limits, threads, "cgroup v2" if group else "rss guard", note, group, _Guard(limits.memory), saved
+    )
+    log.info(
+        "%s: %d thread(s) for %g cores, memory cap %s by %s (%s)",
+        name,
+        threads,
+        limits.cpu,
+        mib(limits.memory),
+        enforcement.memory,
+        note,
+    )
     return enforcement
 
 

@@ -40,8 +40,13 @@ class LocalBackend(ResourceBackend):
             env = child_environment(**mount(current(), self.job.connection_ids(), secrets))
             log = open(self.dir / "supervisor.log", "ab")
             try:
-                proc = subprocess.Popen([sys.executable, "-m", "primus_lib.resources.supervisor", str(self.dir)],
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "primus_lib.resources.supervisor", str(self.dir)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
+                )
             except BaseException:
                 shutil.rmtree(secrets, ignore_errors=True)
                 raise
@@ -70,12 +75,17 @@ class LocalBackend(ResourceBackend):
         for name, row in table["roles"].items():
             workers = row["workers"]
             roles[name] = RoleStatus(
-                name, desired=row["replicas"], cpu=row["cpu"], memory=row["memory"], started=row["started"],
+                name,
+                desired=row["replicas"],
+                cpu=row["cpu"],
+                memory=row["memory"],
+                started=row["started"],
                 running=sum(w["state"] == "running" for w in workers),
                 succeeded=sum(w["state"] == "succeeded" for w in workers),
                 failed=sum(w["state"] == "failed" for w in workers),
-                restarts=sum(w["restarts"] for w in workers), note=row.get("note", ""),
-            )  # fmt: skip
+                restarts=sum(w["restarts"] for w in workers),
+                note=row.get("note", ""),
+            )
         phase, message = table["phase"], table["message"]
         if phase in ("Pending", "Running") and not alive(read_json(self.dir / "supervisor.json")):
             phase, message = "Stopped", "the local supervisor is gone (machine restart?); ensure_running resubmits"

@@ -23,8 +23,9 @@ BUSY_IDLENESS = 0.10  # a cluster with less than 10% free CPU or memory is busy
 class MultiClusterBackend(ResourceBackend):
     name = "multicluster"
 
-    def __init__(self, job: PrimusJob, spec_path: str | None = None,
-                 members: dict[str, ResourceBackend] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, job: PrimusJob, spec_path: str | None = None, members: dict[str, ResourceBackend] | None = None
+    ) -> None:
         super().__init__(job, spec_path)
         self.members = members if members is not None else self._members()
         for member in self.members.values():
@@ -78,8 +79,9 @@ class MultiClusterBackend(ResourceBackend):
         if hasattr(self.members[name], "cluster"):  # Kubernetes: each pod must fit on one node
             cap = self.capacity(name)
             biggest = max(cap.nodes, key=lambda n: n.free_cpu, default=None)
-            room = (f"{cap.free_cpu:g} cores, {cap.free_memory / 2**30:.1f} GiB free on {len(cap.nodes)} nodes"
-                    + (f" (at most {biggest.free_cpu:g} cores on one)" if biggest else f" ({cap.source})"))  # fmt: skip
+            room = f"{cap.free_cpu:g} cores, {cap.free_memory / 2**30:.1f} GiB free on {len(cap.nodes)} nodes" + (
+                f" (at most {biggest.free_cpu:g} cores on one)" if biggest else f" ({cap.source})"
+            )
             return cap.fits(cpu, memory, replicas), cap.idleness, room
         share, free_cpu, free_mem, _ = self.idleness(name)  # YARN: the queue's totals
         fits = free_cpu >= cpu * replicas and free_mem >= memory * replicas

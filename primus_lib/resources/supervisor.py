@@ -52,9 +52,19 @@ class Worker:
 
     def row(self) -> dict:
         ident = identity(self.proc.pid) if self.proc and self.state == "running" and self.proc.poll() is None else {}
-        return {"index": self.index, "state": self.state, "exit_code": self.exit_code, "restarts": self.restarts,
-                "oom_kills": self.oom_kills, "rss": self.rss, "cpu_percent": self.cpu_percent,
-                "cores": self.cores, "cgroup": self.cgroup, "cpu_quota": self.cpu_quota, **ident}  # fmt: skip
+        return {
+            "index": self.index,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "restarts": self.restarts,
+            "oom_kills": self.oom_kills,
+            "rss": self.rss,
+            "cpu_percent": self.cpu_percent,
+            "cores": self.cores,
+            "cgroup": self.cgroup,
+            "cpu_quota": self.cpu_quota,
+            **ident,
+        }
 
 
 @dataclass
@@ -81,8 +91,15 @@ class Supervisor:
         self.roles: dict[str, Role] = {}
         for name, spec in self.job.spec.resources.roles.items():
             command = role_rules.command_for(self.job, name, self.spec_path)
-            self.roles[name] = Role(name, command, spec.replicas, spec.cpu, spec.memory, spec.max_restarts,
-                                    role_rules.is_critical(self.job, name))  # fmt: skip
+            self.roles[name] = Role(
+                name,
+                command,
+                spec.replicas,
+                spec.cpu,
+                spec.memory,
+                spec.max_restarts,
+                role_rules.is_critical(self.job, name),
+            )
             if command is None:
                 self.roles[name].note = "not started locally: no command and no runnable default"
         self.waves = role_rules.start_order(self.job)
@@ -170,14 +187,23 @@ class Supervisor:
     def launch(self, role: Role, worker: Worker) -> None:
         env = child_environment()
         env.update(limits.thread_env(limits.Limits(role.cpu, role.memory).threads))
-        env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role.name, "PRIMUS_REPLICA_INDEX": str(worker.index),
-                    "PRIMUS_REPLICAS": str(role.replicas), "PRIMUS_CPU": str(role.cpu),
-                    "PRIMUS_MEMORY": str(int(role.memory)), "PRIMUS_RESTARTS": str(worker.restarts)})  # fmt: skip
+        env.update(
+            {
+                "PRIMUS_JOB": self.job.name,
+                "PRIMUS_ROLE": role.name,
+                "PRIMUS_REPLICA_INDEX": str(worker.index),
+                "PRIMUS_REPLICAS": str(role.replicas),
+                "PRIMUS_CPU": str(role.cpu),
+                "PRIMUS_MEMORY": str(int(role.memory)),
+                "PRIMUS_RESTARTS": str(worker.restarts),
+            }
+        )
         self.release_cgroup(worker)
         log = open(self.dir / "logs" / f"{role.name}-{worker.index}.log", "ab")
         try:
-            worker.proc = subprocess.Popen(role.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True)  # fmt: skip
+            worker.proc = subprocess.Popen(
+                role.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         except OSError as exc:
             worker.state, worker.exit_code = "failed", -1
             self.message = f"role {role.name!r} worker {worker.index}: cannot start {role.command[0]!r}: {exc}"
@@ -282,8 +308,10 @@ class Supervisor:
         worker.state = "failed"
         if role.critical:
             self.phase = "Failed"
-            self.message = (f"critical role {role.name!r} worker {worker.index} failed (exit {code}) "
-                            f"after {worker.restarts} restarts")  # fmt: skip
+            self.message = (
+                f"critical role {role.name!r} worker {worker.index} failed (exit {code}) "
+                f"after {worker.restarts} restarts"
+            )
 
     def check_success(self) -> None:
         if self.phase == "Failed":
@@ -339,11 +367,27 @@ class Supervisor:
 
     def write(self) -> None:
         self.write_metrics()
-        roles = {name: {"replicas": r.replicas, "cpu": r.cpu, "memory": r.memory, "started": r.started,
-                        "note": r.note, "workers": [w.row() for w in r.workers.values()]}
-                 for name, r in self.roles.items()}  # fmt: skip
-        write_json(self.dir / "table.json", {"phase": self.phase, "message": self.message, "roles": roles,
-                                             "updated": time.time(), "supervisor": identity(os.getpid())})  # fmt: skip
+        roles = {
+            name: {
+                "replicas": r.replicas,
+                "cpu": r.cpu,
+                "memory": r.memory,
+                "started": r.started,
+                "note": r.note,
+                "workers": [w.row() for w in r.workers.values()],
+            }
+            for name, r in self.roles.items()
+        }
+        write_json(
+            self.dir / "table.json",
+            {
+                "phase": self.phase,
+                "message": self.message,
+                "roles": roles,
+                "updated": time.time(),
+                "supervisor": identity(os.getpid()),
+            },
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -11,6 +11,19 @@ from primus_lib.scaling.manager import Actuator, BackendActuator, ScalingManager
 from primus_lib.scaling.store import ScalingStore, executor_config
 from primus_lib.scaling.vertical import VerticalPolicy
 
-__all__ = ["Actuator", "Allocation", "BackendActuator", "Decision", "HorizontalPolicy", "PolicyContext",
-           "ScalingManager", "ScalingPolicy", "ScalingStore", "VerticalPolicy", "executor_config",
-           "forecast_change", "role_resources", "scaling_dir"]  # fmt: skip
+__all__ = [
+    "Actuator",
+    "Allocation",
+    "BackendActuator",
+    "Decision",
+    "HorizontalPolicy",
+    "PolicyContext",
+    "ScalingManager",
+    "ScalingPolicy",
+    "ScalingStore",
+    "VerticalPolicy",
+    "executor_config",
+    "forecast_change",
+    "role_resources",
+    "scaling_dir",
+]

@@ -92,8 +92,13 @@ class HorizontalPolicy(ScalingPolicy):
         their rows make them and fewer would do the same work with less; a removal too many shows as
         lag, which adds one back. At most ``step`` of the pool."""
         s, a = ctx.snapshot, ctx.allocation
-        if (a.role != STREAM_ROLE or s.stream_lag is None or s.stream_lag >= STREAM_LAG_MIN_ROWS
-                or self._starting(ctx) or s.cpu >= STREAM_BUSY_CPU):  # fmt: skip
+        if (
+            a.role != STREAM_ROLE
+            or s.stream_lag is None
+            or s.stream_lag >= STREAM_LAG_MIN_ROWS
+            or self._starting(ctx)
+            or s.cpu >= STREAM_BUSY_CPU
+        ):
             return 0
         keep = max(a.min_replicas, min(a.replicas - 1, math.ceil(s.cpu * a.replicas / STREAM_BUSY_CPU - 1e-9)))
         return max(0, min(a.replicas - keep, max(1, math.floor(a.replicas * self.spec.step))))
@@ -103,13 +108,22 @@ class HorizontalPolicy(ScalingPolicy):
         return ctx.snapshot.executors < ctx.allocation.replicas
 
     def _should_scale_up(self, ctx: PolicyContext, load: float) -> bool:
-        return (load < self.spec.threshold - DEAD_BAND and self._starved(ctx) and not self._back_pressured(ctx)
-                and self._behind_source(ctx) and not self._starting(ctx)
-                and ctx.allocation.replicas < ctx.allocation.max_replicas)  # fmt: skip
+        return (
+            load < self.spec.threshold - DEAD_BAND
+            and self._starved(ctx)
+            and not self._back_pressured(ctx)
+            and self._behind_source(ctx)
+            and not self._starting(ctx)
+            and ctx.allocation.replicas < ctx.allocation.max_replicas
+        )
 
     def _should_scale_down(self, ctx: PolicyContext, load: float) -> bool:
-        return (load > self.spec.threshold + DEAD_BAND and not self._starved(ctx) and self._back_pressured(ctx)
-                and ctx.allocation.replicas > ctx.allocation.min_replicas)  # fmt: skip
+        return (
+            load > self.spec.threshold + DEAD_BAND
+            and not self._starved(ctx)
+            and self._back_pressured(ctx)
+            and ctx.allocation.replicas > ctx.allocation.min_replicas
+        )
 
     # -- sizes ------------------------------------------------------------------------------
     def _up_by(self, ctx: PolicyContext) -> int:
@@ -144,8 +158,13 @@ class HorizontalPolicy(ScalingPolicy):
             return None
         load = self.load(ctx)
         alloc = ctx.allocation
-        inputs = {"load": round(load, 4), "threshold": self.spec.threshold, "weights": list(self.weights),
-                  **ctx.snapshot.to_dict(), "replicas": alloc.replicas}  # fmt: skip
+        inputs = {
+            "load": round(load, 4),
+            "threshold": self.spec.threshold,
+            "weights": list(self.weights),
+            **ctx.snapshot.to_dict(),
+            "replicas": alloc.replicas,
+        }
         if self._should_scale_up(ctx, load):
             target = min(alloc.max_replicas, alloc.replicas + self._up_by(ctx))
             reason = f"L_u {load:.3f} < {self.spec.threshold} and trainer starved {ctx.snapshot.trainer_starved:.2f}"
@@ -159,13 +178,17 @@ class HorizontalPolicy(ScalingPolicy):
             if target == alloc.replicas:
                 return None
             reason = f"L_u {load:.3f} > {self.spec.threshold} and no trainer starved"
-            return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
-                            at=ctx.now)  # fmt: skip
+            return Decision(
+                self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs, at=ctx.now
+            )
         surplus = self._surplus_at_source(ctx)
         if surplus:
             target = alloc.replicas - surplus
-            reason = (f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) at "
-                      f"{ctx.snapshot.cpu:.0%} CPU, under {STREAM_BUSY_CPU:.0%}: {target} can serve it")  # fmt: skip
-            return Decision(self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs,
-                            at=ctx.now)  # fmt: skip
+            reason = (
+                f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) at "
+                f"{ctx.snapshot.cpu:.0%} CPU, under {STREAM_BUSY_CPU:.0%}: {target} can serve it"
+            )
+            return Decision(
+                self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs, at=ctx.now
+            )
         return None

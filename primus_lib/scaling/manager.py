@@ -47,15 +47,25 @@ class _Metrics:
 
 
 class ScalingManager:
-    def __init__(self, job: PrimusJob, reader: MetricsReader, actuator: Actuator, *,
-                 role: str = "data_executor", policies: Sequence[ScalingPolicy] | None = None,
-                 store: ScalingStore | None = None, clock: Callable[[], float] = time.time,
-                 registry: CollectorRegistry = REGISTRY) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: PrimusJob,
+        reader: MetricsReader,
+        actuator: Actuator,
+        *,
+        role: str = "data_executor",
+        policies: Sequence[ScalingPolicy] | None = None,
+        store: ScalingStore | None = None,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
         self.job, self.reader, self.actuator, self.role, self.clock = job, reader, actuator, role, clock
         scaling = job.spec.scaling
-        self.policies = list(policies) if policies is not None else [
-            HorizontalPolicy(scaling.horizontal, role), VerticalPolicy(scaling.vertical, role)
-        ]  # fmt: skip
+        self.policies = (
+            list(policies)
+            if policies is not None
+            else [HorizontalPolicy(scaling.horizontal, role), VerticalPolicy(scaling.vertical, role)]
+        )
         self.store = store or ScalingStore(None)
         self.metrics = _Metrics(registry)
         self.lookback = scaling.vertical.lookback.total_seconds()
@@ -64,8 +74,14 @@ class ScalingManager:
     def allocation(self, state: dict) -> Allocation:
         spec = self.job.spec.resources.roles[self.role]
         current = state.get("allocation", {})
-        return Allocation(self.role, int(current.get("replicas", spec.replicas)), float(current.get("cpu", spec.cpu)),
-                          float(current.get("memory", spec.memory)), spec.min_count, spec.max_count)  # fmt: skip
+        return Allocation(
+            self.role,
+            int(current.get("replicas", spec.replicas)),
+            float(current.get("cpu", spec.cpu)),
+            float(current.get("memory", spec.memory)),
+            spec.min_count,
+            spec.max_count,
+        )
 
     def _history(self, state: dict, now: float, snapshot) -> list[UsagePoint]:
         rows = [r for r in state.get("history", []) if r[0] >= now - HISTORY_KEEP_SECONDS]
@@ -115,8 +131,13 @@ class ScalingManager:
             self.actuator.apply(decision)
             self._record(decision, alloc, state, now)
         else:  # a hold is a decision too: log what it was made from
-            inputs = {**snapshot.to_dict(), **loads, "replicas": alloc.replicas, "allocated_cpu": alloc.cpu,
-                      **({"held_for_arrivals": True} if arrived else {})}  # fmt: skip
+            inputs = {
+                **snapshot.to_dict(),
+                **loads,
+                "replicas": alloc.replicas,
+                "allocated_cpu": alloc.cpu,
+                **({"held_for_arrivals": True} if arrived else {}),
+            }
             log.info("scaling %s: %s hold, inputs %s", self.job.name, self.role, json.dumps(inputs, sort_keys=True))
         self.store.save(state)
         return decision

@@ -89,12 +89,17 @@ class PoolModel:
         per_exec = self.used_cores / max(self.executors, 1)
         mem_bytes = self.mem_bytes
         return Snapshot(
-            at=self.now, executors=self.executors, buffer=self.fill(load), cpu=min(1.0, per_exec / self.cores),
+            at=self.now,
+            executors=self.executors,
+            buffer=self.fill(load),
+            cpu=min(1.0, per_exec / self.cores),
             memory=min(1.0, mem_bytes / self.memory),
             cpu_cores_max=min(per_exec * PEAK_JITTER, PARALLELISM, self.cores),
-            memory_bytes_max=mem_bytes * PEAK_JITTER, oom_kills=self.oom_kills, trainer_starved=self.starved,
+            memory_bytes_max=mem_bytes * PEAK_JITTER,
+            oom_kills=self.oom_kills,
+            trainer_starved=self.starved,
             trainer_backpressure=self.backpressure,
-        )  # fmt: skip
+        )
 
 
 class ModelReader(MetricsReader):
@@ -131,8 +136,15 @@ class ModelActuator:
             m.memory = decision.memory
 
 
-def daily_load(minute: int, *, trainers: int, trainer_rate: float, batch_cost: float, stream_cost: float,
-               surge: tuple[int, int, float] | None = None) -> Load:  # fmt: skip
+def daily_load(
+    minute: int,
+    *,
+    trainers: int,
+    trainer_rate: float,
+    batch_cost: float,
+    stream_cost: float,
+    surge: tuple[int, int, float] | None = None,
+) -> Load:
     """Trainers want ``trainers x trainer_rate`` samples/s; the share of (costlier) stream samples
     follows the day's traffic (peak at 20:00, trough at 05:00), with an optional surge
     (start minute, end minute, extra stream share)."""

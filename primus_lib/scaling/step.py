@@ -31,8 +31,9 @@ class _StoreOnly:
         return None
 
 
-def reader_for(job: PrimusJob, role: str, prometheus_url: str | None,
-               registry: CollectorRegistry = REGISTRY) -> MetricsReader:  # fmt: skip
+def reader_for(
+    job: PrimusJob, role: str, prometheus_url: str | None, registry: CollectorRegistry = REGISTRY
+) -> MetricsReader:
     """Prometheus when a URL is given; else the snapshots in the job's metrics dir (executors and
     trainers in other processes); else this process's registry."""
     if prometheus_url:
@@ -43,24 +44,42 @@ def reader_for(job: PrimusJob, role: str, prometheus_url: str | None,
     return RegistryReader(job.name, role, registry)
 
 
-def scaling_step(job: PrimusJob, *, prometheus_url: str | None = None, pool_actuator: Actuator | None = None,
-                 backend=None, registry: CollectorRegistry = REGISTRY) -> list[Decision]:  # fmt: skip
+def scaling_step(
+    job: PrimusJob,
+    *,
+    prometheus_url: str | None = None,
+    pool_actuator: Actuator | None = None,
+    backend=None,
+    registry: CollectorRegistry = REGISTRY,
+) -> list[Decision]:
     """Tick the manager of each scaled role once; returns the decisions applied (at most one per role)."""
     roles = job.spec.resources.roles
     decisions: list[Decision] = []
     if BATCH_ROLE in roles:
         actuator = pool_actuator or _StoreOnly()
         store = ScalingStore(allocations_dir(job) / BATCH_ROLE)
-        manager = ScalingManager(job, reader_for(job, BATCH_ROLE, prometheus_url, registry), actuator,
-                                 role=BATCH_ROLE, store=store, registry=registry)  # fmt: skip
+        manager = ScalingManager(
+            job,
+            reader_for(job, BATCH_ROLE, prometheus_url, registry),
+            actuator,
+            role=BATCH_ROLE,
+            store=store,
+            registry=registry,
+        )
         decision = manager.tick()
         if decision is not None:
             _share_resources(job, decision)
             decisions.append(decision)
     if STREAM_ROLE in roles and backend is not None:
         store = ScalingStore(allocations_dir(job) / STREAM_ROLE)
-        manager = ScalingManager(job, reader_for(job, STREAM_ROLE, prometheus_url, registry), BackendActuator(backend),
-                                 role=STREAM_ROLE, store=store, registry=registry)  # fmt: skip
+        manager = ScalingManager(
+            job,
+            reader_for(job, STREAM_ROLE, prometheus_url, registry),
+            BackendActuator(backend),
+            role=STREAM_ROLE,
+            store=store,
+            registry=registry,
+        )
         decision = manager.tick()
         if decision is not None:
             decisions.append(decision)

@@ -54,8 +54,12 @@ class VerticalPolicy(ScalingPolicy):
             return None
         alloc = ctx.allocation
         window = [p for p in ctx.history if p.at >= ctx.now - self.spec.lookback.total_seconds()]
-        inputs: dict = {"cpu_now": alloc.cpu, "memory_now": alloc.memory, "samples": len(window),
-                        "new_oom_kills": ctx.new_oom_kills}  # fmt: skip
+        inputs: dict = {
+            "cpu_now": alloc.cpu,
+            "memory_now": alloc.memory,
+            "samples": len(window),
+            "new_oom_kills": ctx.new_oom_kills,
+        }
         cpu, memory = alloc.cpu, alloc.memory
         reasons = []
         if len(window) >= MIN_SAMPLES:
@@ -77,5 +81,13 @@ class VerticalPolicy(ScalingPolicy):
                 reasons.append(f"{ctx.new_oom_kills:g} OOM kill(s): memory x{1 + self.spec.oom_growth:g}")
         if (cpu, memory) == (alloc.cpu, alloc.memory):
             return None
-        return Decision(self.name, "resize", alloc.role, cpu=cpu, memory=memory, reason="; ".join(reasons),
-                        inputs=inputs, at=ctx.now)  # fmt: skip
+        return Decision(
+            self.name,
+            "resize",
+            alloc.role,
+            cpu=cpu,
+            memory=memory,
+            reason="; ".join(reasons),
+            inputs=inputs,
+            at=ctx.now,
+        )

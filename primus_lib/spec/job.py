@@ -154,8 +154,10 @@ class PrimusJob(SpecModel):
         """Every connection the spec names -> the field that names it first."""
         named = {}
         storage = self.spec.storage
-        for conn_id, where in [(storage.connection_id, "spec.storage.connection_id"),
-                               (storage.database_connection_id, "spec.storage.database_connection_id")]:  # fmt: skip
+        for conn_id, where in [
+            (storage.connection_id, "spec.storage.connection_id"),
+            (storage.database_connection_id, "spec.storage.database_connection_id"),
+        ]:
             if conn_id:
                 named.setdefault(conn_id, where)
         for stream in self.spec.dataset.streams:

@@ -120,7 +120,7 @@ def _expand(value: Any, loc: tuple, env: Mapping[str, str], problems: list[Probl
                         field_path(loc),
                         f"environment variable {name} without control characters",
                         f"{env[name][at]!r} at character {at} of its value",
-                    )  # fmt: skip
+                    )
                 )
             return env[name]
         if default is not None:

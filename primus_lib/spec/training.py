@@ -16,9 +16,14 @@ StreamCorrection = Literal["likelihood", "none"]
 ShardingType = Literal["table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise"]
 # model fields of earlier designs: a spec that still sets one gets told so, not "unknown field"
 REMOVED_MODEL_FIELDS = (
-    "embedding_updates", "soft_after_rows", "batch_embedding_scale", "complete_label_pass",
-    "complete_label_weight", "h_aux", "adapt_init",
-)  # fmt: skip
+    "embedding_updates",
+    "soft_after_rows",
+    "batch_embedding_scale",
+    "complete_label_pass",
+    "complete_label_weight",
+    "h_aux",
+    "adapt_init",
+)
 
 
 class SparseFeature(SpecModel):

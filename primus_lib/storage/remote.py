@@ -26,9 +26,20 @@ log = logging.getLogger("primus_lib.storage")
 P = ParamSpec("P")
 R = TypeVar("R")
 # What the AWS SDK (through pyarrow) and the WebHDFS client say when the store is away or busy.
-_TRANSIENT = ("NETWORK_CONNECTION", "curlCode", "SERVICE_UNAVAILABLE", "SLOW_DOWN", "INTERNAL_FAILURE",
-              "REQUEST_TIMEOUT", "THROTTLING", "Connection refused", "Couldn't connect", "timed out",
-              "HTTP response code: 5", "Max retries exceeded")  # fmt: skip
+_TRANSIENT = (
+    "NETWORK_CONNECTION",
+    "curlCode",
+    "SERVICE_UNAVAILABLE",
+    "SLOW_DOWN",
+    "INTERNAL_FAILURE",
+    "REQUEST_TIMEOUT",
+    "THROTTLING",
+    "Connection refused",
+    "Couldn't connect",
+    "timed out",
+    "HTTP response code: 5",
+    "Max retries exceeded",
+)
 _REACHED: set[int] = set()  # id() of the (cached, shared) filesystems that answered once
 
 
@@ -63,11 +74,14 @@ def retried(call: Callable[Concatenate[StorageLocation, P], R]) -> Callable[Conc
             stop=stop_after_delay(bound),
             wait=wait_exponential(multiplier=0.1, max=3.0),
             before_sleep=lambda state: log.warning(
-                "%s: %s failed (%s), attempt %d; retrying", where, call.__name__,
-                first_line(state.outcome.exception()), state.attempt_number,
+                "%s: %s failed (%s), attempt %d; retrying",
+                where,
+                call.__name__,
+                first_line(state.outcome.exception()),
+                state.attempt_number,
             ),
             reraise=True,
-        )  # fmt: skip
+        )
         try:
             for attempt in retrying:
                 with attempt:

@@ -27,9 +27,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def dialog_body(dag_id: str, reprocess: str) -> dict:
     """The dialog's form: the user picks the range and "reprocess"; the rest stays at its default
     (max_active_runs 1, forwards, latest version, no conf override: the DAG's param defaults)."""
-    return {"dag_id": dag_id, "dag_run_conf": None, "from_date": FROM_DATE, "max_active_runs": 1,
-            "reprocess_behavior": reprocess, "run_backwards": False, "run_on_latest_version": True,
-            "to_date": TO_DATE}  # fmt: skip
+    return {
+        "dag_id": dag_id,
+        "dag_run_conf": None,
+        "from_date": FROM_DATE,
+        "max_active_runs": 1,
+        "reprocess_behavior": reprocess,
+        "run_backwards": False,
+        "run_on_latest_version": True,
+        "to_date": TO_DATE,
+    }
 
 
 def dry_run(api, body: dict) -> dict:
@@ -108,10 +115,17 @@ def backfilled(airflow_server) -> Backfilled:
         finally:
             backend_for(spec, str(server.job.spec)).stop()
         base = f"/api/v2/dags/{spec.name}/dagRuns"
-        tis = [{ti["task_id"]: ti for ti in api.request("GET", f"{base}/{r['dag_run_id']}/taskInstances")[
-            "task_instances"]} for r in runs]  # fmt: skip
-        xcoms = [api.request("GET", f"{base}/{r['dag_run_id']}/taskInstances/train/xcomEntries/return_value")["value"]
-                 for r in runs]  # fmt: skip
+        tis = [
+            {
+                ti["task_id"]: ti
+                for ti in api.request("GET", f"{base}/{r['dag_run_id']}/taskInstances")["task_instances"]
+            }
+            for r in runs
+        ]
+        xcoms = [
+            api.request("GET", f"{base}/{r['dag_run_id']}/taskInstances/train/xcomEntries/return_value")["value"]
+            for r in runs
+        ]
         queued, consumed = job_state(spec)
     return Backfilled(server, spec, refused, preview, backfill, runs, tis, xcoms, queued, consumed)
 
@@ -158,8 +172,17 @@ def test_the_runs_are_in_the_postgresql_metadata_database(backfilled):
     try:
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT version()")).scalar().startswith("PostgreSQL ")
-            dates = conn.execute(sa.text("SELECT logical_date FROM dag_run WHERE dag_id = :d AND run_type = 'backfill' "
-                                         "ORDER BY logical_date"), {"d": backfilled.spec.name}).scalars().all()  # fmt: skip
+            dates = (
+                conn.execute(
+                    sa.text(
+                        "SELECT logical_date FROM dag_run WHERE dag_id = :d AND run_type = 'backfill' "
+                        "ORDER BY logical_date"
+                    ),
+                    {"d": backfilled.spec.name},
+                )
+                .scalars()
+                .all()
+            )
     finally:
         engine.dispose()
     assert [d.strftime("%Y%m%dT%H%M%SZ") for d in dates] == WINDOWS
@@ -197,8 +220,21 @@ def _cli_backfill(server, *extra: str) -> subprocess.CompletedProcess:
     secret = server.home / "primus-api-password"
     secret.write_text(server.password + "\n")
     secret.chmod(0o600)
-    command = [sys.executable, "-m", "primus_lib.cli.main", "backfill", str(server.job.spec), "--api", server.url,
-               "--password-file", str(secret), "--wait", "--timeout", "420", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "backfill",
+        str(server.job.spec),
+        "--api",
+        server.url,
+        "--password-file",
+        str(secret),
+        "--wait",
+        "--timeout",
+        "420",
+        *extra,
+    ]
     return subprocess.run(command, env=server.env, capture_output=True, text=True, timeout=480)
 
 
@@ -228,8 +264,9 @@ def test_a_triggered_run_is_named_after_its_window_in_the_grid(backfilled, monke
         monkeypatch.setenv(key, value)
     before = job_state(spec)
     # The Trigger form, with a logical date inside the 02:00 window (its start has the backfill's run).
-    run = api.request("POST", f"/api/v2/dags/{spec.name}/dagRuns",
-                      {"logical_date": "2026-11-01T02:30:00Z", "conf": {"mode": "skip"}})  # fmt: skip
+    run = api.request(
+        "POST", f"/api/v2/dags/{spec.name}/dagRuns", {"logical_date": "2026-11-01T02:30:00Z", "conf": {"mode": "skip"}}
+    )
     assert run["dag_run_id"].startswith("manual__window_2026-11-01T02:00Z_at_")
     assert run["data_interval_start"].startswith("2026-11-01T02:00:00")
     deadline = time.monotonic() + 300

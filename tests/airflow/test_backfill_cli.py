@@ -35,7 +35,7 @@ def test_dry_run_lists_the_windows_in_order_and_the_airflow_request(tmp_path, mo
         "2026-11-01T01:00:00Z",
         "2026-11-01T02:00:00Z",
         "2026-11-01T03:00:00Z",
-    ]  # fmt: skip  (the timer ends at 04:00)
+    ]  # the timer ends at 04:00
     request = json.loads(out[-1].removeprefix("request: "))
     assert request["from_date"] == "2026-11-01T01:00:00Z" and request["to_date"] == "2026-11-01T03:00:00Z"
     assert request["reprocess_behavior"] == "failed" and request["dag_run_conf"] == {"mode": "skip"}

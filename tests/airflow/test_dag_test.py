@@ -19,8 +19,11 @@ IDS = ["20261101T000000Z", "20261101T010000Z", "20261101T020000Z"]
 def _run(env: dict, job, out: Path, runs: list[str]) -> dict:
     done = subprocess.run(
         [sys.executable, str(HERE / "_dag_test_runner.py"), str(job.dags), job.name, str(out), *runs],
-        env=env, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return json.loads(out.read_text())
 

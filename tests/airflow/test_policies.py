@@ -80,20 +80,30 @@ def _worker_pod(override: k8s.V1Pod, map_index: int) -> k8s.V1Pod:
         spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="primus:1")], restart_policy="Never"),
     )
     return PodGenerator.construct_pod(
-        dag_id="kube", task_id=TASK, pod_id=f"kube-execute-{uuid.uuid4().hex[:6]}", try_number=1,
-        kube_image="primus:1", date=None, args=["airflow", "tasks", "run", "kube", TASK],
-        pod_override_object=copy.deepcopy(override), base_worker_pod=template, namespace="default",
-        scheduler_job_id="7", run_id="scheduled__2026-11-01T00:00:00+00:00", map_index=map_index,
+        dag_id="kube",
+        task_id=TASK,
+        pod_id=f"kube-execute-{uuid.uuid4().hex[:6]}",
+        try_number=1,
+        kube_image="primus:1",
+        date=None,
+        args=["airflow", "tasks", "run", "kube", TASK],
+        pod_override_object=copy.deepcopy(override),
+        base_worker_pod=template,
+        namespace="default",
+        scheduler_job_id="7",
+        run_id="scheduled__2026-11-01T00:00:00+00:00",
+        map_index=map_index,
         with_mutation_hook=True,
-    )  # fmt: skip
+    )
 
 
 def _base(pod: k8s.V1Pod) -> k8s.V1ResourceRequirements:
     return next(c for c in pod.spec.containers if c.name == "base").resources
 
 
-def test_a_resize_after_the_parse_sizes_the_next_worker_pod(kube_job, policy_plugin, tmp_path, monkeypatch,
-                                                            kube_cluster):  # fmt: skip
+def test_a_resize_after_the_parse_sizes_the_next_worker_pod(
+    kube_job, policy_plugin, tmp_path, monkeypatch, kube_cluster
+):
     job = load_job(kube_job, env={"PRIMUS_DATA": str(tmp_path / "data")})
     where = allocations_dir(job)
     assert isinstance(where, StorageLocation) and str(where).startswith("s3://")
@@ -138,9 +148,10 @@ def test_pods_of_other_tasks_and_unreadable_state_keep_their_resources(policy_pl
 
     plain = k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(annotations={"dag_id": "other"}),
-        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", resources=k8s.V1ResourceRequirements(
-            requests={"cpu": "2"}))]),
-    )  # fmt: skip
+        spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name="base", resources=k8s.V1ResourceRequirements(requests={"cpu": "2"}))]
+        ),
+    )
     pod_mutation_hook(plain)
     assert plain.spec.containers[0].resources.requests == {"cpu": "2"}
 

@@ -75,9 +75,13 @@ def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_pa
     backend.submit()
     try:
         trigger = TrainerProgressTrigger(
-            str(tmp_path / "progress.json"), ["history/20261101T000000Z"], poll_interval=0.1, timeout=60,
-            first_check_after=0, spec_path=str(spec),
-        )  # fmt: skip
+            str(tmp_path / "progress.json"),
+            ["history/20261101T000000Z"],
+            poll_interval=0.1,
+            timeout=60,
+            first_check_after=0,
+            spec_path=str(spec),
+        )
         started = time.monotonic()
         got = events(TrainerProgressTrigger(**trigger.serialize()[1]))
     finally:

@@ -32,8 +32,9 @@ class Trained:
 
 def token(server) -> str:
     """A JWT from the simple auth manager, as the UI and primus_lib.airflow_api get one."""
-    reply = requests.post(f"{server.url}/auth/token", json={"username": "admin", "password": server.password},
-                          timeout=30)  # fmt: skip
+    reply = requests.post(
+        f"{server.url}/auth/token", json={"username": "admin", "password": server.password}, timeout=30
+    )
     assert reply.status_code in (200, 201), reply.text
     return reply.json()["access_token"]
 
@@ -59,8 +60,22 @@ def trained(airflow_server) -> Trained:
     server = airflow_server
     if len(job_consumed(server)) < 2:
         # the password: the connection in server.env ($AIRFLOW_CONN_PRIMUS_AIRFLOW_API), never argv
-        command = [sys.executable, "-m", "primus_lib.cli.main", "backfill", str(server.job.spec), "--api", server.url,
-                   "--wait", "--timeout", "420", "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "primus_lib.cli.main",
+            "backfill",
+            str(server.job.spec),
+            "--api",
+            server.url,
+            "--wait",
+            "--timeout",
+            "420",
+            "--from",
+            "2026-11-01T00:00Z",
+            "--to",
+            "2026-11-01T02:00Z",
+        ]
         try:
             done = subprocess.run(command, env=server.env, capture_output=True, text=True, timeout=480)
         finally:

@@ -15,15 +15,17 @@ from tests.fixtures.specs import T0
 def impressions(hour: datetime, rows: int, seed: int, part: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)
     base = int(hour.timestamp() * 1000)
-    return pa.table({
-        "request_id": [f"r{hour:%m%d%H}-{part}-{i}" for i in range(rows)],
-        "user_id": rng.integers(0, 1000, rows),
-        "item_id": rng.integers(0, 5000, rows),
-        "category": rng.integers(0, 50, rows),
-        "price": rng.random(rows) * 100,
-        "age": rng.integers(18, 70, rows).astype(float),
-        "ts": base + rng.integers(0, 3_600_000, rows),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "request_id": [f"r{hour:%m%d%H}-{part}-{i}" for i in range(rows)],
+            "user_id": rng.integers(0, 1000, rows),
+            "item_id": rng.integers(0, 5000, rows),
+            "category": rng.integers(0, 50, rows),
+            "price": rng.random(rows) * 100,
+            "age": rng.integers(18, 70, rows).astype(float),
+            "ts": base + rng.integers(0, 3_600_000, rows),
+        }
+    )
 
 
 def clicks(imp: pa.Table, seed: int) -> pa.Table:

@@ -33,9 +33,14 @@ def test_layout_and_schema(tmp_path):
     assert (part / "_SUCCESS").exists() and (tmp_path / "clicks" / "20261101" / "01" / "_SUCCESS").exists()
     impressions = pq.read_table(part / "part-00000.parquet")
     assert [(f.name, str(f.type)) for f in impressions.schema] == [
-        ("request_id", "string"), ("user_id", "int64"), ("item_id", "int64"), ("category", "int64"),
-        ("price", "double"), ("age", "double"), ("ts", "int64"),
-    ]  # fmt: skip
+        ("request_id", "string"),
+        ("user_id", "int64"),
+        ("item_id", "int64"),
+        ("category", "int64"),
+        ("price", "double"),
+        ("age", "double"),
+        ("ts", "int64"),
+    ]
     ts = impressions.column("ts").to_numpy()
     assert ts.min() >= int((START + timedelta(hours=1)).timestamp() * 1000) and np.all(np.diff(ts) >= 0)
     clicks = pq.read_table(tmp_path / "clicks" / "20261101" / "01" / "part-00000.parquet")

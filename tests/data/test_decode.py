@@ -39,10 +39,19 @@ def test_timestamps_become_epoch_ms(column):
 def test_decode_single_source_stream_maps_hashes_and_casts(job, tmp_path):
     stream = job.stream("realtime")
     source = stream.sources[0].model_copy(update={"columns": {"item_id": "item"}})
-    raw = pa.table({
-        "request_id": ["a", "b"], "user_id": [5, 6], "item": ["x", "y"], "category": [1, 2],
-        "price": [1.5, None], "age": [30, 40], "ts": [MS, MS + 1], "clicked": [1, 0], "junk": [0, 0],
-    })  # fmt: skip
+    raw = pa.table(
+        {
+            "request_id": ["a", "b"],
+            "user_id": [5, 6],
+            "item": ["x", "y"],
+            "category": [1, 2],
+            "price": [1.5, None],
+            "age": [30, 40],
+            "ts": [MS, MS + 1],
+            "clicked": [1, 0],
+            "junk": [0, 0],
+        }
+    )
     out = decode(job, stream, source, raw, "mem://x")
     assert out.schema.field("clicked").type == pa.float32()
     assert out.column("price").to_pylist() == [1.5, 0.0]

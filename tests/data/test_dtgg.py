@@ -134,7 +134,9 @@ def test_timer_is_endless_for_an_open_range(tmp_path):
     starts = list(itertools.islice(timer_op.windows(job), 1000))
     assert starts[0] == T0 and starts[-1] == T0 + timedelta(hours=999)
     assert list(timer_op.windows(job, T0 + timedelta(minutes=30), T0 + timedelta(hours=3))) == [
-        T0 + timedelta(hours=1), T0 + timedelta(hours=2)]  # fmt: skip
+        T0 + timedelta(hours=1),
+        T0 + timedelta(hours=2),
+    ]
 
 
 def test_parallel_generation_keeps_time_order_over_chunks(layout):

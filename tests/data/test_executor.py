@@ -24,7 +24,7 @@ from primus_lib.data.executor import (
     sink_window,
     staging_path,
     window_seed,
-)  # fmt: skip
+)
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.shards import read_manifest, read_window

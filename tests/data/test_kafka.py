@@ -111,7 +111,10 @@ def test_one_stream_task_per_partition_feeding_executors(kafka_broker, tmp_path)
     ledger = TaskLedger(JobPaths.for_job(job).ledger)
     group = StreamGroup(readers, buffers, mode="rebalance", poll_rows=16, ledger=ledger, stream="realtime").start()
     assert ledger.stream_assignments("realtime") == {
-        f"{topic}/0": "realtime-executor-0", f"{topic}/1": "realtime-executor-1", f"{topic}/2": "realtime-executor-0"}  # fmt: skip
+        f"{topic}/0": "realtime-executor-0",
+        f"{topic}/1": "realtime-executor-1",
+        f"{topic}/2": "realtime-executor-0",
+    }
     try:
         deadline = time.monotonic() + 30
         while sum(b.rows_in for b in buffers) < 90 and time.monotonic() < deadline:

@@ -39,8 +39,12 @@ def test_windows_are_planned_once_and_tasks_claimed_in_time_order(database):
     assert ledger.add_window("s", "20261101T000000Z", _tasks("20261101T000000Z", 2))
     assert not ledger.add_window("s", "20261101T000000Z", _tasks("20261101T000000Z", 5))  # already planned
     order = [ledger.claim("e1").id for _ in range(4)]
-    assert order == ["s.20261101T000000Z.src.00000", "s.20261101T000000Z.src.00001",
-                     "s.20261101T010000Z.src.00000", "s.20261101T010000Z.src.00001"]  # fmt: skip
+    assert order == [
+        "s.20261101T000000Z.src.00000",
+        "s.20261101T000000Z.src.00001",
+        "s.20261101T010000Z.src.00000",
+        "s.20261101T010000Z.src.00001",
+    ]
     assert ledger.claim("e1") is None
     assert ledger.counts("s") == {"pending": 0, "running": 4, "succeeded": 0, "failed": 0}
     # the ledger is shared by processes: a fresh handle sees the same state

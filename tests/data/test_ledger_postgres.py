@@ -156,8 +156,10 @@ def test_concurrent_executors_claim_every_task_exactly_once(pg_url, tmp_path, pr
     assert {i: records[i].attempts for i in ids} == {i: claims[i] for i in ids}  # every claim counted
     if fail == 0.0:
         assert set(claims.values()) == {1}  # no task handed to two executors
-    print(f"{processes} processes x {len(ids)} tasks: {sum(claims.values())} claims, "
-          f"{sum(claims.values()) - len(ids)} retries, 0 duplicates, {elapsed:.2f} s")  # fmt: skip
+    print(
+        f"{processes} processes x {len(ids)} tasks: {sum(claims.values())} claims, "
+        f"{sum(claims.values()) - len(ids)} retries, 0 duplicates, {elapsed:.2f} s"
+    )
 
 
 # Silence that marks an executor dead: long enough that a live claimer starved by a loaded machine

@@ -84,8 +84,10 @@ def test_a_partition_added_while_serving_is_dealt_to_one_executor_from_its_first
     finally:
         reader.close()
     assert sorted(ids) == sorted(produced + added) and _once(ids)
-    print(f"\nadded partition's first row served {picked_up:.1f} s after the partition was added "
-          f"(claim {PICKED_UP_S:.0f} s, asserted < {PICKED_UP_S + MARGIN_S:.0f} s)")  # fmt: skip
+    print(
+        f"\nadded partition's first row served {picked_up:.1f} s after the partition was added "
+        f"(claim {PICKED_UP_S:.0f} s, asserted < {PICKED_UP_S + MARGIN_S:.0f} s)"
+    )
 
 
 def test_a_partition_added_under_rebalance_reaches_both_ranks_once(kafka_broker, tmp_path, executors):  # noqa: F811
@@ -95,8 +97,10 @@ def test_a_partition_added_under_rebalance_reaches_both_ranks_once(kafka_broker,
     executors(spec, 0, 2, *SMALL)
     executors(spec, 1, 2, *SMALL)
     discovery = LocalDiscovery.for_stream(job, "realtime")
-    readers = [ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, rank=r, size=2, shuffle="rebalance")
-               for r in range(2)]  # fmt: skip
+    readers = [
+        ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, rank=r, size=2, shuffle="rebalance")
+        for r in range(2)
+    ]
     try:
         trained = _pull_both(readers, [200, 200])
         _add_partition(kafka_broker, topic, 3)

@@ -80,8 +80,10 @@ def test_rebalance_spreads_skewed_partitions_over_the_ranks_exactly_once(kafka_b
     discovery = LocalDiscovery.for_stream(job, "realtime")
 
     def ranks() -> list[ExecutorStreamReader]:
-        return [ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, rank=r, size=2, shuffle="rebalance")
-                for r in range(2)]  # fmt: skip
+        return [
+            ExecutorStreamReader(discovery, buffer_rows=200, pull_rows=50, rank=r, size=2, shuffle="rebalance")
+            for r in range(2)
+        ]
 
     readers = ranks()
     trained = _pull_both(readers, [400, 400])

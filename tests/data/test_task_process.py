@@ -61,10 +61,15 @@ def test_a_data_task_process_loads_no_pandas_polars_or_sqlalchemy_and_stages_the
         demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100), storage=tmp_path / "warm" / "jobs"
     )
     for source in ("impressions", "clicks"):
-        for task, same in zip(plan_source(job, "history", source, T0), plan_source(warm, "history", source, T0),
-                              strict=True):  # fmt: skip
-            done = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(spec), task.to_json(), json.dumps(HEAVY)],
-                                  check=True, capture_output=True, text=True)  # fmt: skip
+        for task, same in zip(
+            plan_source(job, "history", source, T0), plan_source(warm, "history", source, T0), strict=True
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", TASK_PROCESS, str(spec), task.to_json(), json.dumps(HEAVY)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             got = json.loads(done.stdout.strip().splitlines()[-1])
             assert got["loaded"] == []
             expected = execute_task(warm, same)
@@ -90,8 +95,9 @@ print(json.dumps({"hashed": hashed, "frame": frame["x"].tolist(), "series": pa.a
 
 def test_pandas_works_in_a_process_that_skipped_arrows_pandas_probe():
     ids = ["a", "b", "a", "zz", ""]
-    done = subprocess.run([sys.executable, "-c", PANDAS_AFTER_PROBE, json.dumps(ids)], check=True,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PANDAS_AFTER_PROBE, json.dumps(ids)], check=True, capture_output=True, text=True
+    )
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"hashed": hash_buckets(pa.array(ids), 1000).tolist(), "frame": [1, 2], "series": [3, 4]}
 

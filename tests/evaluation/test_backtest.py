@@ -19,8 +19,20 @@ from tests.train.conftest import START
 def test_eval_writes_report_for_every_mode(tiny, tmp_path, capsys):
     spec, _ = tiny
     out = tmp_path / "out"
-    code = main(["eval", str(spec), "--seeds", "0,1", "--out", str(out), "--eval-from", "2026-11-01T03:00:00Z",
-                 "--ablations", "mtrm[corr=none,serve=memory]"])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            str(spec),
+            "--seeds",
+            "0,1",
+            "--out",
+            str(out),
+            "--eval-from",
+            "2026-11-01T03:00:00Z",
+            "--ablations",
+            "mtrm[corr=none,serve=memory]",
+        ]
+    )
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     modes = report["modes"]
@@ -177,8 +189,9 @@ def test_resent_late_clicks_are_trained_on_not_scored(tmp_path, monkeypatch):
     from tests.train.conftest import make_job
 
     end = START + timedelta(hours=6)
-    generate(tmp_path / "late" / "data", START, end, rows_per_hour=150, seed=7,
-             config=WorldConfig(late_click_events=True))  # fmt: skip
+    generate(
+        tmp_path / "late" / "data", START, end, rows_per_hour=150, seed=7, config=WorldConfig(late_click_events=True)
+    )
     _, late_job = make_job(tmp_path / "late", monkeypatch)
     late = load_timeline(late_job, None, START, end, START + timedelta(hours=2))
     (tmp_path / "plain").mkdir()

@@ -49,9 +49,27 @@ def test_converter_refuses_a_bad_late_fraction(tmp_path):
 
 def test_eval_runs_over_the_packaged_log(converted, tmp_path):
     out = tmp_path / "eval"
-    code = main(["eval", str(SPEC), "--data", str(converted.out), "--modes", "mtrm", "--seeds", "0",
-                 "--out", str(out), "--start", "2019-11-24T00:00:00Z", "--end", "2019-11-25T02:00:00Z",
-                 "--eval-from", "2019-11-25T00:00:00Z", "-q"])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            str(SPEC),
+            "--data",
+            str(converted.out),
+            "--modes",
+            "mtrm",
+            "--seeds",
+            "0",
+            "--out",
+            str(out),
+            "--start",
+            "2019-11-24T00:00:00Z",
+            "--end",
+            "2019-11-25T02:00:00Z",
+            "--eval-from",
+            "2019-11-25T00:00:00Z",
+            "-q",
+        ]
+    )
     assert code == 0
     modes = json.loads((out / "report.json").read_text())["modes"]
     assert set(modes) == {"mtrm"}

@@ -125,8 +125,23 @@ def test_features_come_from_the_side_tables(batch):
 
 def test_eval_runs_daily_windows_over_the_converted_log(converted, tmp_path):
     out = tmp_path / "eval"
-    code = main(["eval", str(SPEC), "--data", str(converted.out), "--modes", "mtrm,online", "--seeds", "0",
-                 "--out", str(out), "--end", "1997-09-26T00:00:00Z", "-q"])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            str(SPEC),
+            "--data",
+            str(converted.out),
+            "--modes",
+            "mtrm,online",
+            "--seeds",
+            "0",
+            "--out",
+            str(out),
+            "--end",
+            "1997-09-26T00:00:00Z",
+            "-q",
+        ]
+    )
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     # the default first scored window: timer start + lag (1 day) + 1 day; then one window a day

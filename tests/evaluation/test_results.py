@@ -16,10 +16,18 @@ def _report(root, world, runs):
 
 
 def test_each_baseline_at_its_best_and_mtrm_minus_the_strongest(tmp_path, capsys):
-    _report(tmp_path, "late-heavy", {
-        "mtrm": [0.70, 0.72], "single_tower": [0.69, 0.70], "single_tower[lr=0.01]": [0.71, 0.705],
-        "online": [0.60, 0.61], "offline_then_online": [0.65, 0.66], "offline": [0.64, 0.64],
-    })  # fmt: skip
+    _report(
+        tmp_path,
+        "late-heavy",
+        {
+            "mtrm": [0.70, 0.72],
+            "single_tower": [0.69, 0.70],
+            "single_tower[lr=0.01]": [0.71, 0.705],
+            "online": [0.60, 0.61],
+            "offline_then_online": [0.65, 0.66],
+            "offline": [0.64, 0.64],
+        },
+    )
     _report(tmp_path, "complete-labels", {"mtrm": [0.66, 0.67], "online": [0.665, 0.668], "single_tower": [0.66, 0.66]})
     results = load(tmp_path)
     assert [r.world for r in results] == ["complete-labels", "late-heavy"]  # both development worlds

@@ -93,8 +93,21 @@ def _own_logs(root: Path) -> Path:
 def _eval(spec: Path, out: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PRIMUS_DATA"}
     env["PRIMUS_HOME"] = str(out.parent / "home")
-    command = [sys.executable, "-m", "primus_lib.cli.main", "eval", str(spec), "--out", str(out),
-               "--modes", "mtrm,online", "--seeds", "0", "--eval-from", "2026-11-01T03:00:00Z"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "eval",
+        str(spec),
+        "--out",
+        str(out),
+        "--modes",
+        "mtrm,online",
+        "--seeds",
+        "0",
+        "--eval-from",
+        "2026-11-01T03:00:00Z",
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -149,8 +162,19 @@ def test_eval_reads_a_kafka_topic_from_the_earliest_offset_to_the_end(kafka_brok
     events = pajson.read_json(tmp_path / "data" / "stream" / "events.jsonl")
     in_last_hour = pc.sum(pc.greater_equal(events.column("ts"), int((START + timedelta(hours=1)).timestamp() * 1000)))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "primus_lib.cli.main", "eval", str(spec), "--out", str(out),
-               "--modes", "mtrm,online", "--seeds", "0"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "eval",
+        str(spec),
+        "--out",
+        str(out),
+        "--modes",
+        "mtrm,online",
+        "--seeds",
+        "0",
+    ]
     done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())

@@ -14,15 +14,23 @@ HOLD = 64 << 20  # bytes the grandchild touches, so that it cannot vanish in the
 
 
 def test_observe_process_counts_the_memory_of_every_descendant():
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
-                              f"'import time; b = bytearray({HOLD}); print(1, flush=True); time.sleep(30)'], "
-                              "stdout=subprocess.PIPE, text=True); p.stdout.readline(); print(p.pid, flush=True); "
-                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+            f"'import time; b = bytearray({HOLD}); print(1, flush=True); time.sleep(30)'], "
+            "stdout=subprocess.PIPE, text=True); p.stdout.readline(); print(p.pid, flush=True); "
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         grandchild = int(child.stdout.readline())
-        metrics = ExecutorMetrics("job", "0", cpu_limit=1, memory_limit=1 << 30, registry=CollectorRegistry(),
-                                  pid=child.pid)  # fmt: skip
+        metrics = ExecutorMetrics(
+            "job", "0", cpu_limit=1, memory_limit=1 << 30, registry=CollectorRegistry(), pid=child.pid
+        )
         metrics.observe_process()
         both = psutil.Process(child.pid).memory_info().rss + psutil.Process(grandchild).memory_info().rss
         assert metrics.rss._value.get() >= psutil.Process(child.pid).memory_info().rss + HOLD * 0.9

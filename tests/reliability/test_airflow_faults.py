@@ -44,14 +44,18 @@ def airflow(tmp_path, postgres_server):
     job = make_job(tmp_path / "job", name="af-faults", end="2026-11-01T03:00:00Z")
     with_sample_log(job.spec, job.root / "trained-ids.log")
     stack, env = start_airflow_processes(
-        tmp_path, job, postgres_server.create_database("airflow_faults"), PASSWORD, timeout=240,
+        tmp_path,
+        job,
+        postgres_server.create_database("airflow_faults"),
+        PASSWORD,
+        timeout=240,
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="20",
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5",
         AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD="10",
         AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="10",
         AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="60",
         AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD="10",
-    )  # fmt: skip
+    )
     try:
         yield stack, env, job
     finally:
@@ -104,8 +108,14 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
     api = AirflowApi(stack.url, "admin", PASSWORD)
     poll_until(lambda: api.request("GET", f"/api/v2/dags/{job.name}"), "the DAG", 120)
     api.set_paused(job.name, False)
-    body = {"dag_id": job.name, "from_date": "2026-11-01T00:00:00Z", "to_date": "2026-11-01T02:00:00Z",
-            "max_active_runs": 1, "reprocess_behavior": "failed", "run_backwards": False}  # fmt: skip
+    body = {
+        "dag_id": job.name,
+        "from_date": "2026-11-01T00:00:00Z",
+        "to_date": "2026-11-01T02:00:00Z",
+        "max_active_runs": 1,
+        "reprocess_behavior": "failed",
+        "run_backwards": False,
+    }
     backfill = api.request("POST", "/api/v2/backfills", body)
     base = f"/api/v2/dags/{job.name}/dagRuns"
 
@@ -113,8 +123,9 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
         return api.request("GET", f"{base}/{run['dag_run_id']}/taskInstances/train")
 
     def backfill_runs() -> list[dict]:
-        return sorted((r for r in api.dag_runs(job.name) if r.get("run_type") == "backfill"),
-                      key=lambda r: r["logical_date"])  # fmt: skip
+        return sorted(
+            (r for r in api.dag_runs(job.name) if r.get("run_type") == "backfill"), key=lambda r: r["logical_date"]
+        )
 
     # 1. the triggerer dies while the first window's train task is deferred
     poll_until(lambda: [r for r in backfill_runs()[:1] if train_of(r)["state"] == "deferred"], "a deferred train", 400)
@@ -154,7 +165,9 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
     assert set(samples.raw) == set(samples.kept)  # the raw step log: at least once, nothing else
     tries = {r["logical_date"][:13]: train_of(r)["try_number"] for r in runs}
     retried = {f"{t['task_id']}[{t['map_index']}]": t["try_number"] for t in tasks_of(runs[1]) if t["try_number"] > 1}
-    print(f"\nairflow faults: {len(runs)} runs succeeded in order; samples queued {[w.rows for w in queued]}, "
-          f"trained {trained}; by sample id: {counts}; trainer runs resumed at {samples.resumed_at}; train task "
-          f"tries {tries}; trainer step {progress.get('step')}; running when the "
-          f"scheduler was killed: {interrupted}; tasks of the second run tried again: {retried}")  # fmt: skip
+    print(
+        f"\nairflow faults: {len(runs)} runs succeeded in order; samples queued {[w.rows for w in queued]}, "
+        f"trained {trained}; by sample id: {counts}; trainer runs resumed at {samples.resumed_at}; train task "
+        f"tries {tries}; trainer step {progress.get('step')}; running when the "
+        f"scheduler was killed: {interrupted}; tasks of the second run tried again: {retried}"
+    )

@@ -89,7 +89,7 @@ FILE_CASES = [
     ("dense-not-a-number", "impressions", lambda p: _rewrite(p, lambda t: _set(t, "price", ["cheap"] * t.num_rows)), "column 'price'"),
     ("label-not-a-number", "clicks", lambda p: _rewrite(p, lambda t: _set(t, "clicked", ["yes"] * t.num_rows)), "column 'clicked'"),
     ("sparse-id-a-list", "impressions", lambda p: _rewrite(p, lambda t: _set(t, "user_id", [[1, 2]] * t.num_rows)), "column 'user_id'"),
-]  # fmt: skip
+]  # fmt: skip # a table: one case per row, its four columns read across
 
 
 @pytest.mark.parametrize(("source", "spoil", "names"), [c[1:] for c in FILE_CASES], ids=[c[0] for c in FILE_CASES])
@@ -214,8 +214,10 @@ def test_duplicated_sample_ids_are_kept_once_and_counted(tmp_path, data):
     assert len(set(ids)) == len(ids) == 40
 
 
-@pytest.mark.parametrize(("case", "offset_ms"), [("before-window", -3_600_000), ("after-window", 3_600_000),
-                                                 ("in-the-future", 4 * 365 * 86_400_000)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "offset_ms"),
+    [("before-window", -3_600_000), ("after-window", 3_600_000), ("in-the-future", 4 * 365 * 86_400_000)],
+)
 def test_rows_outside_the_window_are_dropped_and_counted(tmp_path, data, case, offset_ms):
     def shift(t: pa.Table) -> pa.Table:
         ts = t.column("ts").to_pylist()
@@ -240,8 +242,22 @@ def test_window_with_no_row_of_its_time_fails_and_commits_nothing(tmp_path, data
 def _eval(spec: Path, out: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PRIMUS_DATA"}
     env["PRIMUS_HOME"] = str(out.parent / "home")
-    command = [sys.executable, "-m", "primus_lib.cli.main", "eval", str(spec), "--out", str(out), "--quiet",
-               "--modes", "offline", "--seeds", "0", "--eval-from", "2026-11-01T01:00:00Z"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "eval",
+        str(spec),
+        "--out",
+        str(out),
+        "--quiet",
+        "--modes",
+        "offline",
+        "--seeds",
+        "0",
+        "--eval-from",
+        "2026-11-01T01:00:00Z",
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -23,11 +23,26 @@ from tests.fixtures.specs import demo_doc, write_spec
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "spec" / "invalid"
 HOSTILE_CORPUS = [  # the corpus entries this suite added (docs/reliability.md)
-    "uri-dotdot", "uri-control-character", "s3-uri-without-bucket", "file-pattern-escapes",
-    "success-marker-escapes", "storage-root-dotdot", "role-name-path", "replicas-huge", "gpu-huge",
-    "buckets-huge", "embedding-dim-huge", "batch-size-huge", "lag-overflow", "scaling-interval-zero",
-    "checkpoint-interval-zero", "learning-rate-infinite", "priority-nan", "sparse-not-a-list", "spec-a-list",
-]  # fmt: skip
+    "uri-dotdot",
+    "uri-control-character",
+    "s3-uri-without-bucket",
+    "file-pattern-escapes",
+    "success-marker-escapes",
+    "storage-root-dotdot",
+    "role-name-path",
+    "replicas-huge",
+    "gpu-huge",
+    "buckets-huge",
+    "embedding-dim-huge",
+    "batch-size-huge",
+    "lag-overflow",
+    "scaling-interval-zero",
+    "checkpoint-interval-zero",
+    "learning-rate-infinite",
+    "priority-nan",
+    "sparse-not-a-list",
+    "spec-a-list",
+]
 
 
 def _doc() -> dict:
@@ -44,23 +59,63 @@ def _write(tmp_path: Path, doc: dict, name: str = "job.yaml") -> Path:
 
 # (case, where ${VAR} goes, its value, the field path, what the line must say)
 ENV_CASES = [
-    ("var-climbs-out-of-root", ("uri", "file://${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"), "/srv/ctr/../../etc",
-     "spec.dataset.streams[0].sources[0].uri", "expected a URI without '..' segments"),
-    ("var-switches-scheme", ("uri", "${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"), "ftp://evil.example",
-     "spec.dataset.streams[0].sources[0].uri", "expected a URI with scheme file://"),
-    ("var-with-newline-in-uri", ("uri", "file://${DATA}/impressions/{YYYY}/"), "/srv/ctr\nX-Injected: 1",
-     "spec.dataset.streams[0].sources[0].uri", "expected environment variable DATA without control characters"),
-    ("var-with-newline-in-name", ("name", "${DATA}"), "ctr\nevil",
-     "metadata.name", "expected environment variable DATA without control characters, found '\\n' at character 3"),
-    ("var-with-newline-in-topic", ("topic", "${DATA}"), "ctr-events\n",
-     "spec.dataset.streams[1].sources[0].kafka.topic", "expected environment variable DATA without control characters"),
-    ("var-with-nul-in-root", ("root", "${DATA}"), "/var/lib/primus\x00/etc",
-     "spec.storage.root", "expected environment variable DATA without control characters"),
-    ("var-makes-topic-a-path", ("topic", "${DATA}"), "../../ctr-events",
-     "spec.dataset.streams[1].sources[0].kafka.topic", "expected a Kafka topic name of [A-Za-z0-9._-]"),
-    ("var-escapes-success-marker", ("marker", "${DATA}"), "../../../etc/passwd",
-     "spec.dataset.streams[0].sources[0].success_marker", "expected a file name inside the partition directory"),
-]  # fmt: skip
+    (
+        "var-climbs-out-of-root",
+        ("uri", "file://${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"),
+        "/srv/ctr/../../etc",
+        "spec.dataset.streams[0].sources[0].uri",
+        "expected a URI without '..' segments",
+    ),
+    (
+        "var-switches-scheme",
+        ("uri", "${DATA}/impressions/{YYYY}{MM}{DD}/{HH}/"),
+        "ftp://evil.example",
+        "spec.dataset.streams[0].sources[0].uri",
+        "expected a URI with scheme file://",
+    ),
+    (
+        "var-with-newline-in-uri",
+        ("uri", "file://${DATA}/impressions/{YYYY}/"),
+        "/srv/ctr\nX-Injected: 1",
+        "spec.dataset.streams[0].sources[0].uri",
+        "expected environment variable DATA without control characters",
+    ),
+    (
+        "var-with-newline-in-name",
+        ("name", "${DATA}"),
+        "ctr\nevil",
+        "metadata.name",
+        "expected environment variable DATA without control characters, found '\\n' at character 3",
+    ),
+    (
+        "var-with-newline-in-topic",
+        ("topic", "${DATA}"),
+        "ctr-events\n",
+        "spec.dataset.streams[1].sources[0].kafka.topic",
+        "expected environment variable DATA without control characters",
+    ),
+    (
+        "var-with-nul-in-root",
+        ("root", "${DATA}"),
+        "/var/lib/primus\x00/etc",
+        "spec.storage.root",
+        "expected environment variable DATA without control characters",
+    ),
+    (
+        "var-makes-topic-a-path",
+        ("topic", "${DATA}"),
+        "../../ctr-events",
+        "spec.dataset.streams[1].sources[0].kafka.topic",
+        "expected a Kafka topic name of [A-Za-z0-9._-]",
+    ),
+    (
+        "var-escapes-success-marker",
+        ("marker", "${DATA}"),
+        "../../../etc/passwd",
+        "spec.dataset.streams[0].sources[0].success_marker",
+        "expected a file name inside the partition directory",
+    ),
+]
 
 
 def _place(doc: dict, where: str, template: str) -> None:
@@ -109,9 +164,15 @@ def test_a_password_with_a_newline_is_refused_without_showing_it(tmp_path):
 
 # Values a field must never carry on to a pod, a command line, a path or another system's name.
 HOSTILE = {
-    "subst": "$(id)", "semicolon": "x;rm -rf /", "dotdot": "../../etc", "newline": "ok\nX-Injected: 1",
-    "trailing-newline": "ok\n", "backquote": "`id`", "space": "a b", "nul": "a\x00b",
-}  # fmt: skip
+    "subst": "$(id)",
+    "semicolon": "x;rm -rf /",
+    "dotdot": "../../etc",
+    "newline": "ok\nX-Injected: 1",
+    "trailing-newline": "ok\n",
+    "backquote": "`id`",
+    "space": "a b",
+    "nul": "a\x00b",
+}
 NAMES = set(HOSTILE)  # refused in every shape
 PATHS = {"dotdot", "newline", "trailing-newline", "nul"}  # paths and URIs: literal otherwise (never a shell)
 FREE_TEXT = {"newline", "trailing-newline", "nul"}  # kubeconfig path, context: control characters only
@@ -167,7 +228,7 @@ FIELD_CASES = [
     ("spec.dataset.streams.1.sources.0.kafka.connection_id", "spec.dataset.streams[1].sources[0].kafka.connection_id", "expected an Airflow connection id", NAMES),
     ("spec.storage.root", "spec.storage.root", "expected a storage root", PATHS),
     ("spec.storage.connection_id", "spec.storage.connection_id", "expected an Airflow connection id", NAMES),
-]  # fmt: skip
+]  # fmt: skip # a table: one field per row, its four columns read across
 SHAPED = {  # fields whose value is part of a larger one
     f"{SOURCE}.uri": "file:///data/{v}/{{YYYY}}{{MM}}{{DD}}/{{HH}}/",
     "spec.storage.root": "/var/lib/{v}/jobs",
@@ -208,14 +269,27 @@ def test_the_free_fields_accept_what_their_consumers_keep_literal(tmp_path):
 
 
 YAML_CASES = [
-    ("alias-bomb", "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]),
-     "(document): expected at most 100000 values (YAML aliases are expanded)"),
-    ("python-tag-runs-nothing", "!!python/object/apply:os.system ['touch {tmp}/pwned']",
-     "line 1, column 1: expected valid YAML, found could not determine a constructor"),
-    ("not-a-mapping", "- apiVersion\n- kind\n", "(document): expected a mapping with apiVersion, kind, metadata, spec, found list"),
+    (
+        "alias-bomb",
+        "\n".join(
+            ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+            + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+        ),
+        "(document): expected at most 100000 values (YAML aliases are expanded)",
+    ),
+    (
+        "python-tag-runs-nothing",
+        "!!python/object/apply:os.system ['touch {tmp}/pwned']",
+        "line 1, column 1: expected valid YAML, found could not determine a constructor",
+    ),
+    (
+        "not-a-mapping",
+        "- apiVersion\n- kind\n",
+        "(document): expected a mapping with apiVersion, kind, metadata, spec, found list",
+    ),
     ("empty-file", "", "(document): expected a mapping with apiVersion, kind, metadata, spec, found NoneType"),
     ("broken-yaml", "apiVersion: [unclosed\n", "line 2, column 1: expected valid YAML"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "says"), [c[1:] for c in YAML_CASES], ids=[c[0] for c in YAML_CASES])

@@ -97,7 +97,7 @@ HOSTILE = [  # (case, the message, what its dead letter's reason says)
     ("not-utf8", b"\xff\xfe\x00\x01binary", "not JSON"),
     ("json-not-an-object", b"[1, 2, 3]", "expected a JSON object, found list"),
     ("null-label", _sample(clicked=None), "null or missing required field"),
-]  # fmt: skip
+]
 
 
 def test_hostile_messages_are_dead_lettered_counted_and_the_stream_goes_on(kafka_broker, tmp_path):
@@ -188,8 +188,22 @@ def test_eval_of_a_missing_topic_is_one_line(kafka_broker, tmp_path):
     from tests.data.helpers import write_layout
 
     write_layout(tmp_path / "data", hours=2, rows=20, files=1)
-    command = [sys.executable, "-m", "primus_lib.cli.main", "eval", str(spec), "--out", str(tmp_path / "out"),
-               "--quiet", "--modes", "online", "--seeds", "0", "--eval-from", "2026-11-01T01:00:00Z"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "eval",
+        str(spec),
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        "--modes",
+        "online",
+        "--seeds",
+        "0",
+        "--eval-from",
+        "2026-11-01T01:00:00Z",
+    ]
     env = {**os.environ, "PRIMUS_HOME": str(tmp_path / "home")}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]

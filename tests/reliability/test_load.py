@@ -44,8 +44,9 @@ def test_a_backfill_costs_the_same_per_window_at_the_end_and_queues_each_window_
         api = AirflowApi(stack.url, "admin", load.PASSWORD)
         poll_until(lambda: api.request("GET", f"/api/v2/dags/{load.NAME}"), "the DAG", 180)
         before = load.db_sizes(airflow_url, ledger_url)
-        done = load.run_backfill(api, load.NAME, WINDOWS, airflow_url, ledger_url, max_active_runs=3,
-                                 budget=900, log=lambda _line: None)  # fmt: skip
+        done = load.run_backfill(
+            api, load.NAME, WINDOWS, airflow_url, ledger_url, max_active_runs=3, budget=900, log=lambda _line: None
+        )
         after = load.db_sizes(airflow_url, ledger_url)
         per_run = load.rows_per_run(airflow_url)
         queued = load.queued_windows(ledger_url)

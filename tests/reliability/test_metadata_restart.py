@@ -96,9 +96,15 @@ def test_a_restarted_metadata_database_loses_and_repeats_no_window(tmp_path, pg)
         poll_until(lambda: api.request("GET", f"/api/v2/dags/{load.NAME}"), "the DAG", 180)
         api.set_paused(load.NAME, False)
         api.set_pool_slots(f"primus-{load.NAME}", 3)
-        body = {"dag_id": load.NAME, "from_date": load.iso(load.START),
-                "to_date": load.iso(load.START + timedelta(hours=WINDOWS - 1)), "run_backwards": False,
-                "reprocess_behavior": "failed", "max_active_runs": 3, "dag_run_conf": {"mode": "skip"}}  # fmt: skip
+        body = {
+            "dag_id": load.NAME,
+            "from_date": load.iso(load.START),
+            "to_date": load.iso(load.START + timedelta(hours=WINDOWS - 1)),
+            "run_backwards": False,
+            "reprocess_behavior": "failed",
+            "max_active_runs": 3,
+            "dag_run_conf": {"mode": "skip"},
+        }
         api.create_backfill(body)
 
         def finished(runs: list[dict] | None) -> int:
@@ -132,10 +138,12 @@ def test_a_restarted_metadata_database_loses_and_repeats_no_window(tmp_path, pg)
         hour = load.START + timedelta(hours=h)
         files = sorted((job.data / "impressions" / f"{hour:%Y%m%d}" / f"{hour:%H}").glob("*.parquet"))
         produced[window_id(hour)] = sum(pq.read_metadata(f).num_rows for f in files)
-    print(f"\nmetadata restart: {finished(at_stop)} of {WINDOWS} windows done at the stop, down {DOWN_S:.0f}s; "
-          f"supervisor restarts {dict(supervisor.restarts)}; the other windows done {rest:.0f}s after it was back; "
-          f"runs {collections.Counter(r['state'] for r in runs)}; tasks tried again {retried}; "
-          f"samples produced {sum(produced.values())}, queued {sum(rows_queued.values())}")  # fmt: skip
+    print(
+        f"\nmetadata restart: {finished(at_stop)} of {WINDOWS} windows done at the stop, down {DOWN_S:.0f}s; "
+        f"supervisor restarts {dict(supervisor.restarts)}; the other windows done {rest:.0f}s after it was back; "
+        f"runs {collections.Counter(r['state'] for r in runs)}; tasks tried again {retried}; "
+        f"samples produced {sum(produced.values())}, queued {sum(rows_queued.values())}"
+    )
     assert len(runs) == WINDOWS and len({r["logical_date"] for r in runs}) == WINDOWS  # no run duplicated
     assert [r["state"] for r in runs] == ["success"] * WINDOWS, [(r["logical_date"], r["state"]) for r in runs]
     assert [w for _, w in queued] == expected  # each window queued once, in time order
@@ -156,8 +164,19 @@ def _train_the_queue(job, log: Path, last: str):
     import sys
 
     env = {**os.environ, **job.env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, "-m", "primus_lib.cli.main", "train", str(job.spec), "--until-window", last,
-            "--poll-interval", "0.2", "--sample-log", str(log)]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "train",
+        str(job.spec),
+        "--until-window",
+        last,
+        "--poll-interval",
+        "0.2",
+        "--sample-log",
+        str(log),
+    ]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return read_sample_log(log.read_text())

@@ -104,8 +104,10 @@ def test_restarts_under_load_lose_and_repeat_nothing(pg, tmp_path):
     ids = []
     for w in range(WINDOWS):
         window = f"20261101T{w:02d}0000Z"
-        tasks = [DataTask(f"s.{window}.src.{i:04d}", STREAM, "src", window, "file:///f", "/f", "parquet", 1)
-                 for i in range(TASKS)]  # fmt: skip
+        tasks = [
+            DataTask(f"s.{window}.src.{i:04d}", STREAM, "src", window, "file:///f", "/f", "parquet", 1)
+            for i in range(TASKS)
+        ]
         assert ledger.add_window(STREAM, window, tasks)
         ids += [t.id for t in tasks]
     gate, procs = tmp_path / "go", []
@@ -137,8 +139,10 @@ def test_restarts_under_load_lose_and_repeat_nothing(pg, tmp_path):
     succeeded = collections.Counter(task for verdict, task in events if verdict == "ok")
     lost = set(ids) - set(succeeded)
     duplicated = {task: n for task, n in succeeded.items() if n > 1}
-    print(f"\npostgres restart: {len(ids)} tasks planned, {sum(succeeded.values())} completions reported, "
-          f"{len(lost)} lost, {len(duplicated)} duplicated, {retries} retried database operations")  # fmt: skip
+    print(
+        f"\npostgres restart: {len(ids)} tasks planned, {sum(succeeded.values())} completions reported, "
+        f"{len(lost)} lost, {len(duplicated)} duplicated, {retries} retried database operations"
+    )
     assert not lost and not duplicated and sorted(succeeded) == sorted(ids)
     assert not [e for e in events if e[0] != "ok"]  # no executor was refused its own task
     records = ledger.records(STREAM)

@@ -21,9 +21,22 @@ from primus_lib.resources.yarn.ipc import decode_command
 from tests.fixtures.specs import DEMO_ROLES, demo_doc, load
 
 HOSTILE_ARGV = [
-    "python", "-c", "import sys; print(sys.argv)", "$(PRIMUS_DATABASE_PASSWORD)", "$(id)", "$$(id)", "$HOME",
-    "`id`", "a;rm -rf /", "../../etc/passwd", "it's \"quoted\"", "line one\nline two", "a b\tc", "$", "{SPEC}",
-]  # fmt: skip
+    "python",
+    "-c",
+    "import sys; print(sys.argv)",
+    "$(PRIMUS_DATABASE_PASSWORD)",
+    "$(id)",
+    "$$(id)",
+    "$HOME",
+    "`id`",
+    "a;rm -rf /",
+    "../../etc/passwd",
+    'it\'s "quoted"',
+    "line one\nline two",
+    "a b\tc",
+    "$",
+    "{SPEC}",
+]
 
 
 def _job(tmp_path, backend: str, python: str | None = None):
@@ -81,8 +94,12 @@ def _pod_env(container: dict) -> dict[str, str]:
 
 
 def _containers(job) -> list[dict]:
-    objects = [m.trainer_job(job, indexed=True), m.trainer_job(job, indexed=False), m.pytorch_job(job),
-               m.statefulset(job, "stream_executor")]  # fmt: skip
+    objects = [
+        m.trainer_job(job, indexed=True),
+        m.trainer_job(job, indexed=False),
+        m.pytorch_job(job),
+        m.statefulset(job, "stream_executor"),
+    ]
     out = []
     for body in objects:
         spec = body["spec"]
@@ -180,8 +197,9 @@ def test_the_nodemanager_launch_script_runs_exactly_the_am_and_its_argv(tmp_path
     logs = tmp_path / "logs"
     logs.mkdir()
     script = launch_script(context).replace("<LOG_DIR>", str(logs))
-    done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": os.environ["PATH"]}, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["/bin/bash", "-c", script], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     argv, role_command, job, role = json.loads((logs / "stdout").read_text())
     assert argv == ["-m", AM_MODULE, "--scheduler", "rm:8030", "--command"]

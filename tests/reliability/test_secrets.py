@@ -78,8 +78,9 @@ def _files(root: Path) -> dict[str, bytes]:
 def _s3_objects(url: str, access: str, secret: str) -> dict[str, bytes]:
     import pyarrow.fs as pafs
 
-    fs = pafs.S3FileSystem(access_key=access, secret_key=secret, endpoint_override=url.split("//")[1],
-                           scheme="http", region="us-east-1")  # fmt: skip
+    fs = pafs.S3FileSystem(
+        access_key=access, secret_key=secret, endpoint_override=url.split("//")[1], scheme="http", region="us-east-1"
+    )
     infos = fs.get_file_info(pafs.FileSelector(BUCKET, recursive=True))
     out = {}
     for info in infos:
@@ -116,8 +117,9 @@ def _airflow_outputs(api, runs: list[dict]) -> dict[str, bytes]:
             xcom_base = f"{base}/{quote(ti['task_id'], safe='')}/xcomEntries"
             entries = api.request("GET", xcom_base, params={"map_index": ti["map_index"], "limit": 1000})
             for entry in entries["xcom_entries"]:
-                value = api.request("GET", f"{xcom_base}/{quote(entry['key'], safe='')}",
-                                    params={"map_index": ti["map_index"]})  # fmt: skip
+                value = api.request(
+                    "GET", f"{xcom_base}/{quote(entry['key'], safe='')}", params={"map_index": ti["map_index"]}
+                )
                 out[f"xcom {ti['task_id']}[{ti['map_index']}].{entry['key']}"] = json.dumps(value).encode()
     out["primus view"] = json.dumps(api.request("GET", f"/primus/api/jobs/{JOB}")).encode()
     out["primus view list"] = json.dumps(api.request("GET", "/primus/api/jobs")).encode()
@@ -144,9 +146,14 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
     try:
         import pyarrow.fs as pafs
 
-        pafs.S3FileSystem(access_key=job_secrets.s3_access, secret_key=job_secrets.s3_secret, scheme="http",
-                          endpoint_override=s3_url.split("//")[1], region="us-east-1",
-                          allow_bucket_creation=True).create_dir(BUCKET)  # fmt: skip
+        pafs.S3FileSystem(
+            access_key=job_secrets.s3_access,
+            secret_key=job_secrets.s3_secret,
+            scheme="http",
+            endpoint_override=s3_url.split("//")[1],
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir(BUCKET)
         job = make_job(root / "job", name=JOB, end="2026-11-01T02:00:00Z", rows_per_hour=200)
         database = _ledger_database(postgres_server, job_secrets.ledger_password)
         storage = {"root": f"s3://{BUCKET}/jobs", "connection_id": CONN_ID, "database": database}
@@ -157,15 +164,21 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         home.mkdir()
         port, password = free_port(), job_secrets.airflow_password
         (home / AUTH_PASSWORDS).write_text(json.dumps({"admin": password}))  # kept: it only makes missing users
-        env = airflow_env(home, job, AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__API__PORT=str(port),
-                          AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
-                          AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
-                          AIRFLOW__API__WORKERS="1", AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
-                          AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
-                          AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
-                          AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_secrets"),
-                          AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",  # more output to search
-                          PRIMUS_LEDGER_PASSWORD=job_secrets.ledger_password)  # fmt: skip
+        env = airflow_env(
+            home,
+            job,
+            AIRFLOW__API__HOST="127.0.0.1",
+            AIRFLOW__API__PORT=str(port),
+            AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+            AIRFLOW__API__WORKERS="1",
+            AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+            AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_secrets"),
+            AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",  # more output to search
+            PRIMUS_LEDGER_PASSWORD=job_secrets.ledger_password,
+        )
         for name in [k for k in env if k.startswith("AWS_") or k.startswith("PRIMUS_AIRFLOW_")]:
             del env[name]  # the S3 keys come from the connection only, the Airflow password from a file
         sync_dag_stubs(env, job.dags)
@@ -180,8 +193,17 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         proc = start([str(binary), "standalone"], root / "standalone.log", healthy, timeout=300, env=env)
         api = AirflowApi(url, "admin", password)
         extra = json.dumps({"endpoint_url": s3_url, "region_name": "us-east-1"})
-        api.request("POST", "/api/v2/connections", {"connection_id": CONN_ID, "conn_type": "aws",
-                    "login": job_secrets.s3_access, "password": job_secrets.s3_secret, "extra": extra})  # fmt: skip
+        api.request(
+            "POST",
+            "/api/v2/connections",
+            {
+                "connection_id": CONN_ID,
+                "conn_type": "aws",
+                "login": job_secrets.s3_access,
+                "password": job_secrets.s3_secret,
+                "extra": extra,
+            },
+        )
         deadline = time.monotonic() + 180
         while True:
             try:
@@ -193,9 +215,25 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         password_file = root / "airflow-password"  # outside AIRFLOW_HOME: its files are searched below
         password_file.write_text(password + "\n")
         password_file.chmod(0o600)
-        command = [str(Path(env["PATH"].split(os.pathsep)[0]) / "primus"), "backfill", str(job.spec), "--api", url,
-                   "--password-file", str(password_file), "--from", "2026-11-01T00:00Z", "--to", "2026-11-01T02:00Z",
-                   "--max-active-runs", "1", "--wait", "--timeout", "900", "--quiet"]  # fmt: skip
+        command = [
+            str(Path(env["PATH"].split(os.pathsep)[0]) / "primus"),
+            "backfill",
+            str(job.spec),
+            "--api",
+            url,
+            "--password-file",
+            str(password_file),
+            "--from",
+            "2026-11-01T00:00Z",
+            "--to",
+            "2026-11-01T02:00Z",
+            "--max-active-runs",
+            "1",
+            "--wait",
+            "--timeout",
+            "900",
+            "--quiet",
+        ]
         role_env, mounted = b"", ""
         with ArgvSampler(every=0.2) as argv:
             backfill = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -209,8 +247,9 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
                 if backfill.poll() is None:
                     backfill.kill()
             done = subprocess.CompletedProcess(command, backfill.returncode, *backfill.communicate())
-        runs = sorted((r for r in api.dag_runs(JOB) if r.get("run_type") == "backfill"),
-                      key=lambda r: r["logical_date"])  # fmt: skip
+        runs = sorted(
+            (r for r in api.dag_runs(JOB) if r.get("run_type") == "backfill"), key=lambda r: r["logical_date"]
+        )
         outputs = _airflow_outputs(api, runs)
         outputs["process command lines (ps)"] = "\n".join(" ".join(cmd) for cmd in sorted(argv.seen)).encode()
         outputs["primus backfill output"] = (done.stdout + done.stderr).encode()
@@ -221,8 +260,9 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         outputs.update(_s3_objects(s3_url, job_secrets.s3_access, job_secrets.s3_secret))
         outputs.update(_ledger_rows(database.replace("${PRIMUS_LEDGER_PASSWORD}", job_secrets.ledger_password)))
         outputs.update(_role_logs(job.home, env))
-        deferred = sum(b"deferring until it consumed" in data for where, data in outputs.items()
-                       if "task_id=train" in where)  # fmt: skip
+        deferred = sum(
+            b"deferring until it consumed" in data for where, data in outputs.items() if "task_id=train" in where
+        )
         return Run(runs, outputs, deferred, role_env, mounted, argv, done)
     finally:
         _stop_job(job, env) if proc is not None else None
@@ -251,18 +291,35 @@ def _supervisor_environ(primus_home: Path) -> tuple[bytes, str]:
 
 def _role_logs(primus_home: Path, env: dict[str, str]) -> dict[str, bytes]:
     """`primus status` of the job (what an operator looks at), with the worker's environment."""
-    done = subprocess.run([str(Path(env["PATH"].split(os.pathsep)[0]) / "python"), "-m", "primus_lib.cli.main",
-                           "status", str(Path(env["PRIMUS_JOBS_DIR"]) / f"{JOB}.yaml")], env=env,
-                          capture_output=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [
+            str(Path(env["PATH"].split(os.pathsep)[0]) / "python"),
+            "-m",
+            "primus_lib.cli.main",
+            "status",
+            str(Path(env["PRIMUS_JOBS_DIR"]) / f"{JOB}.yaml"),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     return {"primus status": done.stdout + done.stderr}
 
 
 def _stop_job(job, env: dict[str, str]) -> None:
     """Stop the job's roles (the supervisor and its processes): with the worker's environment."""
-    subprocess.run([str(Path(env["PATH"].split(os.pathsep)[0]) / "python"), "-c",
-                    "import sys; from primus_lib.resources import backend_for; from primus_lib.spec import load_job;"
-                    "backend_for(load_job(sys.argv[1]), sys.argv[1]).stop()", str(job.spec)],
-                   env=env, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            str(Path(env["PATH"].split(os.pathsep)[0]) / "python"),
+            "-c",
+            "import sys; from primus_lib.resources import backend_for; from primus_lib.spec import load_job;"
+            "backend_for(load_job(sys.argv[1]), sys.argv[1]).stop()",
+            str(job.spec),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_the_job_runs_its_windows_with_credentials_from_the_connection_only(secret_run: Run, job_secrets: Secrets):
@@ -285,14 +342,20 @@ def test_the_job_runs_its_windows_with_credentials_from_the_connection_only(secr
     assert Path(secret_run.mounted).name.startswith("primus-secrets-"), secret_run.mounted
     assert not any(where.startswith(secret_run.mounted) for where in secret_run.outputs)
     assert not Path(secret_run.mounted).exists(), "the mounted secrets outlived the job"
-    print(f"searched {len(secret_run.outputs)} outputs, {sum(map(len, secret_run.outputs.values()))} bytes; "
-          f"train tasks deferred: {secret_run.deferred}; argv sampled {secret_run.argv.samples} times, "
-          f"{len(secret_run.argv.seen)} distinct command lines")  # fmt: skip
+    print(
+        f"searched {len(secret_run.outputs)} outputs, {sum(map(len, secret_run.outputs.values()))} bytes; "
+        f"train tasks deferred: {secret_run.deferred}; argv sampled {secret_run.argv.samples} times, "
+        f"{len(secret_run.argv.seen)} distinct command lines"
+    )
 
 
 def test_no_output_of_the_run_holds_a_secret(secret_run: Run, job_secrets: Secrets):
-    leaks = [f"{what} in {where}" for where, data in secret_run.outputs.items()
-             for what, value in job_secrets.items().items() if value.encode() in data]  # fmt: skip
+    leaks = [
+        f"{what} in {where}"
+        for where, data in secret_run.outputs.items()
+        for what, value in job_secrets.items().items()
+        if value.encode() in data
+    ]
     assert not leaks, "\n".join(leaks)
 
 

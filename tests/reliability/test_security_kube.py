@@ -102,8 +102,12 @@ def test_every_generated_workload_and_pod_is_least_privileged_and_holds_no_secre
     for name, spec in specs.items():
         trainer = "trainer" in name
         problems += security_problems(name, spec, needs_token=trainer)  # the trainer reads the executors' Endpoints
-        refs = [v["valueFrom"]["secretKeyRef"] for c in spec["containers"] for v in c.get("env") or []
-                if v["name"] == m.DATABASE_PASSWORD_ENV]  # fmt: skip
+        refs = [
+            v["valueFrom"]["secretKeyRef"]
+            for c in spec["containers"]
+            for v in c.get("env") or []
+            if v["name"] == m.DATABASE_PASSWORD_ENV
+        ]
         if refs != [{"name": m.database_secret_name(job), "key": "password"}]:
             problems.append(f"{name}: the ledger password is not a secretKeyRef: {refs}")
     assert not problems, "\n".join(problems)
@@ -122,9 +126,15 @@ def access(admin, ns: str, verb: str, resource: str, namespace: str | None, grou
     attrs = {"verb": verb, "resource": resource, "group": group}
     if namespace:
         attrs["namespace"] = namespace
-    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}",
-                                              "system:authenticated"], "resourceAttributes": attrs}}  # fmt: skip
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"],
+            "resourceAttributes": attrs,
+        },
+    }
     return client.AuthorizationV1Api(admin).create_subject_access_review(body).status.allowed
 
 
@@ -135,12 +145,23 @@ def test_the_jobs_own_service_account_is_refused_what_it_does_not_need(kube_clus
     client.CoreV1Api(admin).create_namespaced_secret(ns, {"metadata": {"name": "ledger"}, "stringData": {"p": "x"}})
     # what it needs: the stream executors' Endpoints in its own namespace
     assert access(admin, ns, "get", "endpoints", ns)
-    refused = [("list", "secrets", ns, ""), ("get", "secrets", ns, ""), ("list", "secrets", other, ""),
-               ("create", "pods", ns, ""), ("create", "pods", other, ""), ("list", "pods", ns, ""),
-               ("create", "pods/exec", ns, ""), ("get", "endpoints", other, ""), ("list", "endpoints", ns, ""),
-               ("update", "configmaps", ns, ""), ("create", "statefulsets", ns, "apps"),
-               ("patch", "primusjobs", ns, "primus.dev"), ("create", "rolebindings", ns, "rbac.authorization.k8s.io"),
-               ("list", "nodes", None, ""), ("delete", "namespaces", None, "")]  # fmt: skip
+    refused = [
+        ("list", "secrets", ns, ""),
+        ("get", "secrets", ns, ""),
+        ("list", "secrets", other, ""),
+        ("create", "pods", ns, ""),
+        ("create", "pods", other, ""),
+        ("list", "pods", ns, ""),
+        ("create", "pods/exec", ns, ""),
+        ("get", "endpoints", other, ""),
+        ("list", "endpoints", ns, ""),
+        ("update", "configmaps", ns, ""),
+        ("create", "statefulsets", ns, "apps"),
+        ("patch", "primusjobs", ns, "primus.dev"),
+        ("create", "rolebindings", ns, "rbac.authorization.k8s.io"),
+        ("list", "nodes", None, ""),
+        ("delete", "namespaces", None, ""),
+    ]
     allowed = [r for r in refused if access(admin, ns, *r)]
     assert not allowed, f"{m.WORKLOAD_SERVICE_ACCOUNT} may {allowed}"
     # the same with its own token: the calls are refused (403), the one it needs answers

@@ -95,8 +95,12 @@ def _source_ids(data: Path, hour) -> list[str]:
 def _check_once(window: pa.Table, produced: list[str]) -> dict[str, int]:
     """The committed window against the source: every sample once (counts by request_id)."""
     seen = collections.Counter(window.column("request_id").to_pylist())
-    counts = {"produced": len(produced), "committed": sum(seen.values()),
-              "lost": len(set(produced) - set(seen)), "duplicated": sum(n - 1 for n in seen.values() if n > 1)}  # fmt: skip
+    counts = {
+        "produced": len(produced),
+        "committed": sum(seen.values()),
+        "lost": len(set(produced) - set(seen)),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+    }
     assert counts["lost"] == counts["duplicated"] == 0 and set(seen) == set(produced), counts
     return counts
 
@@ -190,19 +194,36 @@ class Weed:
         self.root = root
         (root / "data").mkdir(parents=True)
         config = root / "s3.json"
-        identity = {"name": "primus", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}  # fmt: skip
+        identity = {
+            "name": "primus",
+            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
         config.write_text(json.dumps({"identities": [identity]}))
         self.port = free_port()
         ports = [free_port() for _ in range(10)]
         self.args = [
-            weed_binary(), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={self.port}", f"-s3.config={config}", "-admin.ui=false", "-webdav=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-master.port={ports[0]}", f"-master.port.grpc={ports[1]}", f"-volume.port={ports[2]}",
-            f"-volume.port.grpc={ports[3]}", f"-filer.port={ports[4]}", f"-filer.port.grpc={ports[5]}",
-            f"-s3.port.grpc={ports[6]}", f"-admin.port={ports[7]}", f"-admin.port.grpc={ports[8]}",
-        ]  # fmt: skip
+            weed_binary(),
+            "mini",
+            f"-dir={root / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={self.port}",
+            f"-s3.config={config}",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-master.port={ports[0]}",
+            f"-master.port.grpc={ports[1]}",
+            f"-volume.port={ports[2]}",
+            f"-volume.port.grpc={ports[3]}",
+            f"-filer.port={ports[4]}",
+            f"-filer.port.grpc={ports[5]}",
+            f"-s3.port.grpc={ports[6]}",
+            f"-admin.port={ports[7]}",
+            f"-admin.port.grpc={ports[8]}",
+        ]
         self.server = S3Server(f"127.0.0.1:{self.port}")
         self.proc: subprocess.Popen | None = None
 

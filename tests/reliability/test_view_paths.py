@@ -18,11 +18,22 @@ import requests
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HOSTILE = [
-    "..", "%2e%2e", "%2E%2E", "../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
-    "..%5C..%5Cetc%5Cpasswd", "..\\..\\etc\\passwd", "%252e%252e%252fetc%252fpasswd", "....//....//etc/passwd",
-    "af-backfill/../../../../etc/passwd", "af-backfill%2F..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd",
-    "af-backfill%00.yaml", "x'%20OR%20'1'%3D'1",
-]  # fmt: skip
+    "..",
+    "%2e%2e",
+    "%2E%2E",
+    "../../etc/passwd",
+    "..%2F..%2Fetc%2Fpasswd",
+    "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+    "..%5C..%5Cetc%5Cpasswd",
+    "..\\..\\etc\\passwd",
+    "%252e%252e%252fetc%252fpasswd",
+    "....//....//etc/passwd",
+    "af-backfill/../../../../etc/passwd",
+    "af-backfill%2F..%2F..%2F..%2Fetc%2Fpasswd",
+    "%2Fetc%2Fpasswd",
+    "af-backfill%00.yaml",
+    "x'%20OR%20'1'%3D'1",
+]
 
 
 def _get(url: str, raw_path: str, token: str) -> tuple[int, str]:
@@ -49,8 +60,9 @@ def _disclosures(body: str, server) -> list[str]:
 
 
 def test_traversal_in_the_dag_id_reaches_no_file(airflow_server):
-    reply = requests.post(f"{airflow_server.url}/auth/token", timeout=30,
-                          json={"username": "admin", "password": airflow_server.password})  # fmt: skip
+    reply = requests.post(
+        f"{airflow_server.url}/auth/token", timeout=30, json={"username": "admin", "password": airflow_server.password}
+    )
     token = reply.json()["access_token"]
     answers, problems = {}, []
     for hostile in HOSTILE:

@@ -105,14 +105,18 @@ def test_a_killed_trainer_container_resumes_on_yarn_from_its_checkpoint_on_hdfs(
     expected = Counter(
         ("history", i)
         for hour in range(HOURS)
-        for i in batch_window(job, job.stream("history"), START + timedelta(hours=hour)).column("request_id").to_pylist()
-    )  # fmt: skip
+        for i in batch_window(job, job.stream("history"), START + timedelta(hours=hour))
+        .column("request_id")
+        .to_pylist()
+    )
     counts = trained.count(expected)
     progress = read_progress(paths.progress)  # on HDFS, as the Airflow trainer task reads it
     windows = {k: v["samples"] for k, v in progress["consumed"].items() if k.startswith("history/")}
-    print(f"\nyarn node loss: {counts}; killed at step {killed_at}, resumed from step "
-          f"{resumed_at[-1]}, attempt 2 training {restarted:.1f}s after the kill; restarts "
-          f"{status.roles['trainer'].restarts}")  # fmt: skip
+    print(
+        f"\nyarn node loss: {counts}; killed at step {killed_at}, resumed from step "
+        f"{resumed_at[-1]}, attempt 2 training {restarted:.1f}s after the kill; restarts "
+        f"{status.roles['trainer'].restarts}"
+    )
     assert resumed_at[0] == 0 and 0 < resumed_at[1] <= killed_at, resumed_at  # from a checkpoint, not from scratch
     assert counts.exactly_once, counts  # exactly once in the checkpointed model state
     assert set(trained.raw) == set(expected)  # the raw step log: at least once

@@ -78,8 +78,13 @@ BUSY = py("while True:\n    pass")
 def test_a_fractional_worker_is_throttled_at_its_allotment(job_env, monkeypatch):
     monkeypatch.delenv("PRIMUS_CGROUP", raising=False)  # this machine as it is
     parent, why = v1_cpu_parent()
-    job = _job({"data_executor": {"replicas": 1}, "trainer": {"cpu": 1, "command": py("import time; time.sleep(120)")},
-                "stream_executor": {"replicas": 1, "cpu": 0.25, "memory": "1Gi", "command": BUSY}})  # fmt: skip
+    job = _job(
+        {
+            "data_executor": {"replicas": 1},
+            "trainer": {"cpu": 1, "command": py("import time; time.sleep(120)")},
+            "stream_executor": {"replicas": 1, "cpu": 0.25, "memory": "1Gi", "command": BUSY},
+        }
+    )
     backend = backend_for(job)
     backend.submit()
     try:
@@ -95,8 +100,10 @@ def test_a_fractional_worker_is_throttled_at_its_allotment(job_env, monkeypatch)
         _wait(lambda: group.throttled().get("nr_throttled", 0) > 0, "the kernel to throttle the busy worker")
 
         backend.resize("stream_executor", cpu=0.5)  # what the scaler's BackendActuator calls
-        moved = _wait(lambda: (r := _running(backend, "stream_executor")) and r["pid"] != row["pid"] and r,
-                      "the worker restarted with its new allotment")  # fmt: skip
+        moved = _wait(
+            lambda: (r := _running(backend, "stream_executor")) and r["pid"] != row["pid"] and r,
+            "the worker restarted with its new allotment",
+        )
         assert moved["cpu_quota"] == str(group.path) and group.quota_cores() == pytest.approx(0.5)
         assert str(moved["pid"]) in (group.path / "cgroup.procs").read_text().split()
     finally:

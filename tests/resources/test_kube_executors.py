@@ -30,10 +30,16 @@ def executor_job(name: str = "ctr-demo"):
     """Stream executors running their default command (``primus executor``), not a test's own."""
     roles = {
         "data_executor": {"replicas": 1, "image": "primus:1"},
-        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": 1, "memory": "1Gi",
-                            "image": "primus:1"},
+        "stream_executor": {
+            "replicas": 2,
+            "min_replicas": 1,
+            "max_replicas": 4,
+            "cpu": 1,
+            "memory": "1Gi",
+            "image": "primus:1",
+        },
         "trainer": {"replicas": 1, "cpu": 2, "memory": "4Gi", "image": "primus:1", "start_after": ["stream_executor"]},
-    }  # fmt: skip
+    }
     return load(demo_doc(roles=roles, backend="kubernetes", name=name), check=False)
 
 
@@ -56,13 +62,27 @@ def test_executor_pod_command_computes_its_index_and_n(tmp_path, job_env):
     fake = tmp_path / "primus"  # stands in for the image's `primus`: prints its arguments
     fake.write_text('#!/bin/sh\necho "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    pod_env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "POD_NAME": "ctr-demo-stream-executor-12",
-               "POD_IP": "10.1.2.3", "PRIMUS_REPLICAS": "3"}  # fmt: skip
+    pod_env = {
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+        "POD_NAME": "ctr-demo-stream-executor-12",
+        "POD_IP": "10.1.2.3",
+        "PRIMUS_REPLICAS": "3",
+    }
     out = subprocess.run(container["command"], env=pod_env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [
-        "executor", m.SPEC_FILE, "--index", "12", "--replicas", "3", "--host", "0.0.0.0",
-        "--port", str(m.FLIGHT_PORT), "--advertise", "10.1.2.3",
-    ]  # fmt: skip
+        "executor",
+        m.SPEC_FILE,
+        "--index",
+        "12",
+        "--replicas",
+        "3",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(m.FLIGHT_PORT),
+        "--advertise",
+        "10.1.2.3",
+    ]
     service = m.executor_service(job)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is False
     assert service["spec"]["selector"] == m.labels(job, "stream_executor")

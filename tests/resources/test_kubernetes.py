@@ -26,12 +26,25 @@ def k8s_job(name: str = "ctr-demo", trainer_replicas: int = 1, max_restarts: int
     """The demo job on Kubernetes with stream executors the trainer starts after; ``fields``: more of its spec."""
     roles = {
         "data_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 8, "image": "primus:1"},
-        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "cpu": stream_cpu,
-                            "memory": "2Gi", "image": "primus:1",
-                            "command": ["primus", "stream-executor", "{SPEC}"]},
-        "trainer": {"replicas": trainer_replicas, "max_replicas": 4, "cpu": 2, "memory": "4Gi", "image": "primus:1",
-                    "start_after": ["stream_executor"], "max_restarts": max_restarts},
-    }  # fmt: skip
+        "stream_executor": {
+            "replicas": 2,
+            "min_replicas": 1,
+            "max_replicas": 4,
+            "cpu": stream_cpu,
+            "memory": "2Gi",
+            "image": "primus:1",
+            "command": ["primus", "stream-executor", "{SPEC}"],
+        },
+        "trainer": {
+            "replicas": trainer_replicas,
+            "max_replicas": 4,
+            "cpu": 2,
+            "memory": "4Gi",
+            "image": "primus:1",
+            "start_after": ["stream_executor"],
+            "max_restarts": max_restarts,
+        },
+    }
     return load(demo_doc(roles=roles, backend="kubernetes", name=name, **fields), check=False)
 
 
@@ -44,8 +57,11 @@ def started(backend: KubernetesBackend, timeout: float = 60.0):
 
     def check():
         status = backend.reconcile()
-        return status if status.phase == "Running" and all(r.running >= r.desired for r in status.roles.values()
-                                                           if r.started) else None  # fmt: skip
+        return (
+            status
+            if status.phase == "Running" and all(r.running >= r.desired for r in status.roles.values() if r.started)
+            else None
+        )
 
     return wait_for(f"job {backend.job.name} running", check, timeout=timeout, interval=0.3)
 
@@ -283,10 +299,17 @@ def test_trainer_success_completes_the_job_and_stops_the_other_roles(admin, job_
 
 def test_stream_executor_restarts_beyond_max_fail_the_role(admin, job_env, kube_namespaces):
     ns = kube_namespaces(admin)
-    roles = {"data_executor": {"replicas": 1, "image": "i"},
-             "stream_executor": {"replicas": 1, "image": "i", "critical": True, "max_restarts": 1,
-                                 "command": ["primus", "x"]},
-             "trainer": {"image": "i", "command": ["sleep", "1"], "start_after": ["stream_executor"]}}  # fmt: skip
+    roles = {
+        "data_executor": {"replicas": 1, "image": "i"},
+        "stream_executor": {
+            "replicas": 1,
+            "image": "i",
+            "critical": True,
+            "max_restarts": 1,
+            "command": ["primus", "x"],
+        },
+        "trainer": {"image": "i", "command": ["sleep", "1"], "start_after": ["stream_executor"]},
+    }
     job = load(demo_doc(roles=roles, backend="kubernetes"), check=False)
     backend = KubernetesBackend(job, cluster=Cluster(admin, ns))
     backend.submit()
@@ -312,14 +335,23 @@ def test_pytorchjob_when_the_kubeflow_crd_exists(kube_apiserver_b, job_env):
     apply_crd(api)
     ext = client.ApiextensionsV1Api(api)
     pytorch_crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "pytorchjobs.kubeflow.org"},
-        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
-                 "names": {"plural": "pytorchjobs", "singular": "pytorchjob", "kind": "PyTorchJob"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
-    }  # fmt: skip
+        "spec": {
+            "group": "kubeflow.org",
+            "scope": "Namespaced",
+            "names": {"plural": "pytorchjobs", "singular": "pytorchjob", "kind": "PyTorchJob"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
     ext.create_custom_resource_definition(pytorch_crd)
     try:
         ns = new_namespace(api)
@@ -328,8 +360,10 @@ def test_pytorchjob_when_the_kubeflow_crd_exists(kube_apiserver_b, job_env):
         while not cluster.has_pytorchjob and time.monotonic() < deadline:
             del cluster.__dict__["has_pytorchjob"]
             time.sleep(0.2)
-        roles = {"data_executor": {"replicas": 1, "image": "i"},
-                 "trainer": {"replicas": 3, "max_replicas": 8, "image": "primus:1", "gpu": 8}}  # fmt: skip
+        roles = {
+            "data_executor": {"replicas": 1, "image": "i"},
+            "trainer": {"replicas": 3, "max_replicas": 8, "image": "primus:1", "gpu": 8},
+        }
         job = load(demo_doc(roles=roles, backend="kubernetes"), check=False)
         backend = KubernetesBackend(job, cluster=cluster)
         backend.submit()

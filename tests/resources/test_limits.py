@@ -243,8 +243,11 @@ def test_a_resized_local_worker_gets_the_new_limits(job_env, tmp_path, monkeypat
 
     own = fake_cgroup(tmp_path / "cgroup")  # inherited by the supervisor: its workers' cgroups go here
     monkeypatch.setenv("PRIMUS_CGROUP", str(own))
-    roles = {"data_executor": {"replicas": 1}, "trainer": {"command": py("import time; time.sleep(120)")},
-             "stream_executor": {"replicas": 1, "command": REPORT, "cpu": 1, "memory": "1Gi"}}  # fmt: skip
+    roles = {
+        "data_executor": {"replicas": 1},
+        "trainer": {"command": py("import time; time.sleep(120)")},
+        "stream_executor": {"replicas": 1, "command": REPORT, "cpu": 1, "memory": "1Gi"},
+    }
     job = load(demo_doc(roles=roles), check=False)
     backend = backend_for(job)
     backend.submit()

@@ -51,11 +51,13 @@ def started(job_env):
 
 
 def test_start_order_and_reattach_without_duplicates(started, job_env):
-    backend = started({
-        "data_executor": {"replicas": 1},
-        "stream_executor": {"replicas": 2, "max_replicas": 4, "command": SLEEP},
-        "trainer": {"command": SLEEP, "start_after": ["stream_executor"]},
-    })  # fmt: skip
+    backend = started(
+        {
+            "data_executor": {"replicas": 1},
+            "stream_executor": {"replicas": 2, "max_replicas": 4, "command": SLEEP},
+            "trainer": {"command": SLEEP, "start_after": ["stream_executor"]},
+        }
+    )
     wait_for(lambda: len(pids(backend, "stream_executor")) == 2 and len(pids(backend, "trainer")) == 1, what="workers")
     rows = backend.workers()
     first_trainer = min(w["create_time"] for w in rows["trainer"])
@@ -64,9 +66,11 @@ def test_start_order_and_reattach_without_duplicates(started, job_env):
     assert status.phase == "Running"
     assert status.roles["data_executor"].note.startswith("not started locally")
     # another process (an Airflow task, the CLI) reattaches through the table: nothing new starts
-    code = ("import json; from primus_lib.resources import ensure_running; from primus_lib.spec import PrimusJob;"
-            "import sys; job = PrimusJob.model_validate(json.load(open(sys.argv[1])));"
-            "print(ensure_running(job).phase)")  # fmt: skip
+    code = (
+        "import json; from primus_lib.resources import ensure_running; from primus_lib.spec import PrimusJob;"
+        "import sys; job = PrimusJob.model_validate(json.load(open(sys.argv[1])));"
+        "print(ensure_running(job).phase)"
+    )
     job_file = job_env / "job.json"
     job_file.write_text(json.dumps(backend.job.model_dump(mode="json")))
     out = subprocess.run(
@@ -98,12 +102,14 @@ def test_failed_worker_restarts_then_runs(started, job_env):
 
 
 def test_critical_role_failing_for_good_fails_the_job(started):
-    backend = started({
-        "data_executor": {"replicas": 1},
-        "stream_executor": {"replicas": 1, "command": SLEEP},
-        "side": {"replicas": 1, "command": py("raise SystemExit(4)"), "max_restarts": 0},
-        "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 2},
-    })  # fmt: skip
+    backend = started(
+        {
+            "data_executor": {"replicas": 1},
+            "stream_executor": {"replicas": 1, "command": SLEEP},
+            "side": {"replicas": 1, "command": py("raise SystemExit(4)"), "max_restarts": 0},
+            "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 2},
+        }
+    )
     status = wait_for(lambda: (s := backend.status()).phase == "Failed" and s, what="job failure")
     assert status.roles["trainer"].restarts == 2 and status.roles["trainer"].failed == 1
     assert status.roles["side"].failed == 1  # not critical: it alone would not fail the job
@@ -113,11 +119,13 @@ def test_critical_role_failing_for_good_fails_the_job(started):
 
 
 def test_success_policy_stops_the_other_roles(started):
-    backend = started({
-        "data_executor": {"replicas": 1},
-        "stream_executor": {"replicas": 1, "command": SLEEP},
-        "trainer": {"command": py("import time; time.sleep(0.5)"), "start_after": ["stream_executor"]},
-    })  # fmt: skip
+    backend = started(
+        {
+            "data_executor": {"replicas": 1},
+            "stream_executor": {"replicas": 1, "command": SLEEP},
+            "trainer": {"command": py("import time; time.sleep(0.5)"), "start_after": ["stream_executor"]},
+        }
+    )
     status = wait_for(lambda: (s := backend.status()).phase == "Succeeded" and s, what="success")
     assert status.roles["trainer"].succeeded == 1
     wait_for(lambda: pids(backend, "stream_executor") == [], what="stream executors stopped")
@@ -126,12 +134,20 @@ def test_success_policy_stops_the_other_roles(started):
 def test_scale_resize_and_oom_kill(started):
     hog = py("import time; x = bytearray(300 * 2**20); time.sleep(120)")
     env_dump = py("import os, time; print('MEM', os.environ['PRIMUS_MEMORY'], flush=True); time.sleep(120)")
-    backend = started({
-        "data_executor": {"replicas": 1},
-        "stream_executor": {"replicas": 2, "min_replicas": 1, "max_replicas": 4, "command": env_dump, "memory": "1Gi"},
-        "hog": {"replicas": 1, "command": hog, "memory": "100Mi", "max_restarts": 1},
-        "trainer": {"command": SLEEP},
-    })  # fmt: skip
+    backend = started(
+        {
+            "data_executor": {"replicas": 1},
+            "stream_executor": {
+                "replicas": 2,
+                "min_replicas": 1,
+                "max_replicas": 4,
+                "command": env_dump,
+                "memory": "1Gi",
+            },
+            "hog": {"replicas": 1, "command": hog, "memory": "100Mi", "max_restarts": 1},
+            "trainer": {"command": SLEEP},
+        }
+    )
     wait_for(lambda: len(pids(backend, "stream_executor")) == 2, what="2 stream executors")
     backend.scale("stream_executor", 3)
     wait_for(lambda: len(pids(backend, "stream_executor")) == 3, what="scale up to 3")
@@ -164,14 +180,21 @@ def test_lost_supervisor_is_replaced_and_orphans_ended(started):
     wait_for(lambda: backend.status().phase == "Stopped", what="lost supervisor noticed")
     backend.ensure_running()
     assert read_json(backend.dir / "supervisor.json")["pid"] != supervisor
-    wait_for(lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE,
-             what="orphan ended")  # fmt: skip
+    wait_for(
+        lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE,
+        what="orphan ended",
+    )
     wait_for(lambda: len(pids(backend, "trainer")) == 1, what="one new trainer")
 
 
 def test_stop_ends_every_process(started):
-    backend = started({"data_executor": {"replicas": 1}, "stream_executor": {"replicas": 2, "command": SLEEP},
-                       "trainer": {"command": SLEEP}})  # fmt: skip
+    backend = started(
+        {
+            "data_executor": {"replicas": 1},
+            "stream_executor": {"replicas": 2, "command": SLEEP},
+            "trainer": {"command": SLEEP},
+        }
+    )
     wait_for(lambda: len(pids(backend, "stream_executor")) == 2, what="workers")
     every = pids(backend, "stream_executor") + pids(backend, "trainer")
     backend.stop()
@@ -186,8 +209,13 @@ def test_cli_start_status_scale_stop(job_env):
     spec = write_spec(job_env / "job.yaml", job)
 
     def primus(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "primus_lib.cli.main", "resources", *args, str(spec)],
-                              capture_output=True, text=True, env=os.environ, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "primus_lib.cli.main", "resources", *args, str(spec)],
+            capture_output=True,
+            text=True,
+            env=os.environ,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 

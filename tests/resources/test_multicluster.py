@@ -24,9 +24,21 @@ GiB = 2**30
 def tenant(api, ns: str, replicas: int, cpu: str = "1", memory: str = "1Gi") -> None:
     """Another tenant's workload (not Primus's): a Deployment whose pods the scheduler binds."""
     labels = {"app": "tenant"}
-    body = {"metadata": {"name": "tenant"}, "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "other:1",
-            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}  # fmt: skip
+    body = {
+        "metadata": {"name": "tenant"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "other:1", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+                    ]
+                },
+            },
+        },
+    }
     client.AppsV1Api(api).create_namespaced_deployment(ns, body)
     running(api, ns, "app=tenant", n=replicas)
 
@@ -58,15 +70,34 @@ def test_roles_go_to_the_idlest_cluster_that_fits_and_busy_clusters_get_resource
     tenants_a, tenants_b = kube_namespaces(a, "tenants"), kube_namespaces(b, "tenants")
     tenant(a, tenants_a, 8)  # a: 24 of 32 cores free (75%), b: 16 of 16 (100%)
     clusters = [
-        {"name": "a", "backend": "kubernetes", "kubeconfig": kube_apiserver.kubeconfig, "context": "a", "namespace": ns},
-        {"name": "b", "backend": "kubernetes", "kubeconfig": kube_apiserver_b.kubeconfig, "context": "b", "namespace": ns},
-    ]  # fmt: skip
+        {
+            "name": "a",
+            "backend": "kubernetes",
+            "kubeconfig": kube_apiserver.kubeconfig,
+            "context": "a",
+            "namespace": ns,
+        },
+        {
+            "name": "b",
+            "backend": "kubernetes",
+            "kubeconfig": kube_apiserver_b.kubeconfig,
+            "context": "b",
+            "namespace": ns,
+        },
+    ]
     roles = {
         "data_executor": {"replicas": 1, "image": "i"},
-        "stream_executor": {"replicas": 4, "min_replicas": 1, "max_replicas": 4, "cpu": 2, "memory": "4Gi",
-                            "image": "primus:1", "command": ["primus", "stream", "{SPEC}"]},
+        "stream_executor": {
+            "replicas": 4,
+            "min_replicas": 1,
+            "max_replicas": 4,
+            "cpu": 2,
+            "memory": "4Gi",
+            "image": "primus:1",
+            "command": ["primus", "stream", "{SPEC}"],
+        },
         "trainer": {"replicas": 1, "cpu": 8, "memory": "16Gi", "image": "primus:1"},
-    }  # fmt: skip
+    }
     job = load(demo_doc(roles=roles, backend="kubernetes", resources={"clusters": clusters}), check=False)
     backend = backend_for(job)
     assert isinstance(backend, MultiClusterBackend)

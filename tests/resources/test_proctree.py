@@ -15,10 +15,17 @@ def test_descendants_and_rss_match_psutil_for_a_grandchild(has_proc, monkeypatch
     """A child that starts its own child: both are found, neither the caller; RSS agrees with psutil
     (read from /proc, and through the fallback of hosts without it)."""
     monkeypatch.setattr(proctree, "HAS_PROC", has_proc)
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
-                              "'import time; time.sleep(30)']); print(p.pid, flush=True); time = __import__('time'); "
-                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(30)']); print(p.pid, flush=True); time = __import__('time'); "
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         grandchild = int(child.stdout.readline())
         found = proctree.descendants(os.getpid())

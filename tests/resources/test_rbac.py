@@ -88,8 +88,11 @@ def test_controller_service_account_can_run_a_job_and_nothing_more(kube_cluster,
     assert denied(lambda: core.delete_namespace(other))
     assert denied(lambda: core.patch_node(kube_cluster.nodes[0].name, {"metadata": {"labels": {"x": "y"}}}))
     assert denied(lambda: core.patch_namespaced_pod_status("ctr-demo-stream-executor-0", ns, {"status": {}}))
-    binding = {"metadata": {"name": "escalate"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-               "name": "cluster-admin"}, "subjects": [{"kind": "ServiceAccount", "name": "primus-controller", "namespace": ns}]}  # fmt: skip
+    binding = {
+        "metadata": {"name": "escalate"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "primus-controller", "namespace": ns}],
+    }
     assert denied(lambda: rbac.create_namespaced_role_binding(ns, binding))
     # the workload identity may only read endpoints (stream executor discovery): nothing else
     workload = kube_cluster.client(service_account_token(admin, ns, "primus-workload"))

@@ -62,8 +62,19 @@ def worker(out: Path) -> list[str]:
 # -- unit tests: no server ----------------------------------------------------------------------
 def test_submission_context_runs_our_am_with_the_command_as_a_base64_argument():
     command = ["python", "-c", 'print("quotes \\" and $dollars")']
-    ctx = submission_context("application_1_0001", "j-r-0", command, 1.5, 3 * 2**30, "ads", ["primus-job:j"],
-                             {"PRIMUS_ROLE": "r"}, 4, "/venv/bin/python", scheduler="rm:8030")  # fmt: skip
+    ctx = submission_context(
+        "application_1_0001",
+        "j-r-0",
+        command,
+        1.5,
+        3 * 2**30,
+        "ads",
+        ["primus-job:j"],
+        {"PRIMUS_ROLE": "r"},
+        4,
+        "/venv/bin/python",
+        scheduler="rm:8030",
+    )
     spec = ctx["am-container-spec"]
     am = spec["commands"]["command"].split(" ")
     assert am[:5] == ["/venv/bin/python", "-m", "primus_lib.resources.yarn.am", "--scheduler", "rm:8030"]
@@ -86,9 +97,15 @@ def test_wire_formats():
     assert struct.unpack("<f", fields[5][0])[0] == 0.5
     assert _read_varint(pb((1, 300)), 1) == (300, 3)
     # RFC 2831's example exchange (section 4)
-    assert digest_values("chris", "secret", "elwood.innosoft.com", "OA6MG9tEQGm2hh", "OA6MHXh6VqTrRk", "00000001",
-                         "imap/elwood.innosoft.com") == ("d388dad90d4bbd760a152321f2143af7",
-                                                         "ea40f60335c427b5527b84dbabcdfffd")  # fmt: skip
+    assert digest_values(
+        "chris",
+        "secret",
+        "elwood.innosoft.com",
+        "OA6MG9tEQGm2hh",
+        "OA6MHXh6VqTrRk",
+        "00000001",
+        "imap/elwood.innosoft.com",
+    ) == ("d388dad90d4bbd760a152321f2143af7", "ea40f60335c427b5527b84dbabcdfffd")
     assert _directives('realm="a,b",nonce="x\\"y",qop=auth')["nonce"] == 'x"y'
     assert _directives('realm="a,b",nonce="x",qop=auth')["realm"] == "a,b"
 
@@ -192,15 +209,40 @@ data = list((out / "data").rglob("_SUCCESS"))
 (out / "trainer.txt").write_text(json.dumps([executors, len(data), os.environ["CONTAINER_ID"], datagen()]))
 sys.exit(0 if len(executors) == 2 and len(data) == 4 else 3)
 """
-    backend, spec = yarn_job(tmp_path, yarn_cluster.rm_url, {
-        "stream_executor": {"replicas": 2, "cpu": 1, "memory": "128Mi", "command": worker(out)},
-        # a real primus command: synthetic CTR partitions for two hours, then exit 0
-        "datagen": {"replicas": 1, "memory": "512Mi", "command": [
-            sys.executable, "-m", "primus_lib.cli.main", "datagen", "{SPEC}", "--start", "2026-11-01T00:00:00Z",
-            "--end", "2026-11-01T02:00:00Z", "--rows-per-hour", "40", "--out", str(out / "data")]},
-        "trainer": {"replicas": 1, "memory": "128Mi", "command": py(trainer), "max_restarts": 0,
-                    "start_after": ["stream_executor", "datagen"]},
-    })  # fmt: skip
+    backend, spec = yarn_job(
+        tmp_path,
+        yarn_cluster.rm_url,
+        {
+            "stream_executor": {"replicas": 2, "cpu": 1, "memory": "128Mi", "command": worker(out)},
+            # a real primus command: synthetic CTR partitions for two hours, then exit 0
+            "datagen": {
+                "replicas": 1,
+                "memory": "512Mi",
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "primus_lib.cli.main",
+                    "datagen",
+                    "{SPEC}",
+                    "--start",
+                    "2026-11-01T00:00:00Z",
+                    "--end",
+                    "2026-11-01T02:00:00Z",
+                    "--rows-per-hour",
+                    "40",
+                    "--out",
+                    str(out / "data"),
+                ],
+            },
+            "trainer": {
+                "replicas": 1,
+                "memory": "128Mi",
+                "command": py(trainer),
+                "max_restarts": 0,
+                "start_after": ["stream_executor", "datagen"],
+            },
+        },
+    )
     assert backend.status().phase == "Stopped"
     try:
         started = time.monotonic()
@@ -237,9 +279,13 @@ sys.exit(0 if len(executors) == 2 and len(data) == 4 else 3)
 def test_killed_workers_come_back_and_are_counted(yarn_cluster, rm, job_env, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    backend, _ = yarn_job(tmp_path, yarn_cluster.rm_url, {
-        "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out), "max_restarts": 3},
-    })  # fmt: skip
+    backend, _ = yarn_job(
+        tmp_path,
+        yarn_cluster.rm_url,
+        {
+            "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out), "max_restarts": 3},
+        },
+    )
     log = out / "stream_executor-0.log"
     try:
         started = time.monotonic()
@@ -284,10 +330,20 @@ def test_killed_workers_come_back_and_are_counted(yarn_cluster, rm, job_env, tmp
 def test_scale_resize_and_stop(yarn_cluster, rm, job_env, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    backend, _ = yarn_job(tmp_path, yarn_cluster.rm_url, {
-        "stream_executor": {"replicas": 1, "min_replicas": 1, "max_replicas": 3, "cpu": 1, "memory": "128Mi",
-                            "command": worker(out)},
-    })  # fmt: skip
+    backend, _ = yarn_job(
+        tmp_path,
+        yarn_cluster.rm_url,
+        {
+            "stream_executor": {
+                "replicas": 1,
+                "min_replicas": 1,
+                "max_replicas": 3,
+                "cpu": 1,
+                "memory": "128Mi",
+                "command": worker(out),
+            },
+        },
+    )
     role = "stream_executor"
     try:
         backend.submit()
@@ -331,11 +387,20 @@ def test_scale_resize_and_stop(yarn_cluster, rm, job_env, tmp_path):
 def test_a_critical_role_failing_for_good_fails_the_job_and_stops_the_rest(yarn_cluster, rm, job_env, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    backend, _ = yarn_job(tmp_path, yarn_cluster.rm_url, {
-        "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out)},
-        "trainer": {"replicas": 1, "memory": "128Mi", "max_restarts": 0, "start_after": ["stream_executor"],
-                    "command": py("import sys; print('bad input', file=sys.stderr); sys.exit(7)")},
-    })  # fmt: skip
+    backend, _ = yarn_job(
+        tmp_path,
+        yarn_cluster.rm_url,
+        {
+            "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out)},
+            "trainer": {
+                "replicas": 1,
+                "memory": "128Mi",
+                "max_restarts": 0,
+                "start_after": ["stream_executor"],
+                "command": py("import sys; print('bad input', file=sys.stderr); sys.exit(7)"),
+            },
+        },
+    )
     try:
         status = backend.submit()
         status = wait_for(lambda: (s := backend.ensure_running()).phase == "Failed" and s, 60, "the failure")
@@ -352,12 +417,17 @@ def test_our_am_keeps_its_application_alive_past_the_liveness_expiry(yarn_cluste
     yarn.am.liveness-monitor.expiry-interval-ms; ours registers and heartbeats."""
     out = tmp_path / "out"
     out.mkdir()
-    backend, _ = yarn_job(tmp_path, yarn_cluster.rm_url, {
-        "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out), "max_restarts": 0},
-    })  # fmt: skip
+    backend, _ = yarn_job(
+        tmp_path,
+        yarn_cluster.rm_url,
+        {
+            "stream_executor": {"replicas": 1, "memory": "128Mi", "command": worker(out), "max_restarts": 0},
+        },
+    )
     raw = rm.new_application()["application-id"]
-    ctx = submission_context(raw, "no-am", ["sleep", "600"], 1, 64 * MIB, "default", ["primus-test:raw"], {}, 1,
-                             sys.executable)  # fmt: skip
+    ctx = submission_context(
+        raw, "no-am", ["sleep", "600"], 1, 64 * MIB, "default", ["primus-test:raw"], {}, 1, sys.executable
+    )
     ctx["am-container-spec"]["commands"]["command"] = "sleep 600"  # runs, never registers
     try:
         rm.submit(ctx)

@@ -29,10 +29,16 @@ def airflow_api_server(tmp_path_factory, postgres_server) -> AirflowAPI:
     home = tmp_path_factory.mktemp("airflow-api")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__API__WORKERS="1",
-               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin", AIRFLOW__API__HOST="127.0.0.1",
-               AIRFLOW__API__PORT=str(port), AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
-               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_api"))  # fmt: skip
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__API__WORKERS="1",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+        AIRFLOW__API__HOST="127.0.0.1",
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_server.create_database("airflow_api"),
+    )
     done = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(
@@ -44,8 +50,13 @@ def airflow_api_server(tmp_path_factory, postgres_server) -> AirflowAPI:
 
         return requests.get(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2).status_code == 200
 
-    proc = start([airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)],
-                 home / "api-server.log", healthy, timeout=120, env=env)  # fmt: skip
+    proc = start(
+        [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)],
+        home / "api-server.log",
+        healthy,
+        timeout=120,
+        env=env,
+    )
     try:
         password = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
         yield AirflowAPI(f"http://127.0.0.1:{port}", "admin", password)

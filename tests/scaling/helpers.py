@@ -12,15 +12,46 @@ from tests.fixtures.specs import DEMO_ROLES, demo_doc, load
 GIB = 2**30
 
 
-def snapshot(buffer=0.5, cpu=0.5, memory=0.5, starved=0.0, backpressure=0.0, executors=-1, cores=2.0,
-             mem_bytes=2 * GIB, ooms=0.0, at=0.0, lag=None) -> Snapshot:  # fmt: skip
-    return Snapshot(at=at, executors=executors, buffer=buffer, cpu=cpu, memory=memory, cpu_cores_max=cores,
-                    memory_bytes_max=mem_bytes, oom_kills=ooms, trainer_starved=starved,
-                    trainer_backpressure=backpressure, stream_lag=lag)  # fmt: skip
+def snapshot(
+    buffer=0.5,
+    cpu=0.5,
+    memory=0.5,
+    starved=0.0,
+    backpressure=0.0,
+    executors=-1,
+    cores=2.0,
+    mem_bytes=2 * GIB,
+    ooms=0.0,
+    at=0.0,
+    lag=None,
+) -> Snapshot:
+    return Snapshot(
+        at=at,
+        executors=executors,
+        buffer=buffer,
+        cpu=cpu,
+        memory=memory,
+        cpu_cores_max=cores,
+        memory_bytes_max=mem_bytes,
+        oom_kills=ooms,
+        trainer_starved=starved,
+        trainer_backpressure=backpressure,
+        stream_lag=lag,
+    )
 
 
-def context(snap: Snapshot, replicas=10, cpu=4.0, memory=8 * GIB, lo=1, hi=100, history=(), ooms=0.0, now=1000.0,
-            role="data_executor"):  # fmt: skip
+def context(
+    snap: Snapshot,
+    replicas=10,
+    cpu=4.0,
+    memory=8 * GIB,
+    lo=1,
+    hi=100,
+    history=(),
+    ooms=0.0,
+    now=1000.0,
+    role="data_executor",
+):
     """A context; the snapshot's reporting executors default to ``replicas`` (none starting)."""
     if snap.executors == -1:
         snap = dataclasses.replace(snap, executors=replicas)

@@ -93,8 +93,14 @@ def test_default_weights_add_whenever_under_provisioned(provision, memory):
 @pytest.mark.parametrize("provision", [1.3, 1.6, 2.5])
 def test_default_weights_remove_whenever_over_provisioned(provision, memory):
     b, c, m, s, bp = steady_state(provision, memory)
-    d = POLICY.decide(context(snapshot(buffer=b, cpu=c, memory=m, starved=s, backpressure=bp), replicas=100,
-                              cpu=4.0, history=history([4.0, 4.0, 4.0])))  # fmt: skip
+    d = POLICY.decide(
+        context(
+            snapshot(buffer=b, cpu=c, memory=m, starved=s, backpressure=bp),
+            replicas=100,
+            cpu=4.0,
+            history=history([4.0, 4.0, 4.0]),
+        )
+    )
     assert d is not None and d.action == "scale_down", (b, c, m, s, bp)
 
 

@@ -53,18 +53,29 @@ def test_cooldown_and_one_strategy_at_a_time(tmp_path):
     second = m.tick()  # the other strategy may act: memory to peak 5 GiB + 15% margin (cpu 4.37: < 25%)
     assert second is not None and (second.policy, second.action) == ("vertical", "resize")
     assert second.replicas is None and second.cpu == 4.0 and second.memory == int(5.75 * GIB)
-    assert registry.get_sample_value("primus_scaling_decisions_total",
-                                     {"primus_job": "ctr-demo", "policy": "horizontal", "action": "scale_up"}) == 1  # fmt: skip
-    assert registry.get_sample_value("primus_scaling_target", {"primus_job": "ctr-demo", "role": "data_executor",
-                                                               "resource": "replicas"}) == 13  # fmt: skip
+    assert (
+        registry.get_sample_value(
+            "primus_scaling_decisions_total", {"primus_job": "ctr-demo", "policy": "horizontal", "action": "scale_up"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "primus_scaling_target", {"primus_job": "ctr-demo", "role": "data_executor", "resource": "replicas"}
+        )
+        == 13
+    )
     now[0] = 90.0  # all 13 report and the trainer still starves, but the resize settles (120 s)
     assert m.tick() is None
     now[0] = 182.0
     third = m.tick()
     assert (third.policy, third.action, third.replicas) == ("horizontal", "scale_up", 17)  # 13 + ceil(13 / 4)
     records = ScalingStore(tmp_path).decisions()
-    assert [(r["policy"], r["action"]) for r in records] == [("horizontal", "scale_up"), ("vertical", "resize"),
-                                                             ("horizontal", "scale_up")]  # fmt: skip
+    assert [(r["policy"], r["action"]) for r in records] == [
+        ("horizontal", "scale_up"),
+        ("vertical", "resize"),
+        ("horizontal", "scale_up"),
+    ]
     assert records[0]["inputs"]["trainer_starved"] == 0.3 and records[0]["inputs"]["load"] < 0.5
 
 

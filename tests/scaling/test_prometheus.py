@@ -56,8 +56,11 @@ def _scrape(port: int) -> dict[tuple[str, str], float]:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return {(s.name, s.labels.get(n.WORKER_LABEL, "")): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}  # fmt: skip
+    return {
+        (s.name, s.labels.get(n.WORKER_LABEL, "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.fixture
@@ -78,8 +81,9 @@ def processes(tmp_path):
         stop(proc)
 
 
-def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(prometheus_server, processes,
-                                                                             tmp_path, monkeypatch):  # fmt: skip
+def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(
+    prometheus_server, processes, tmp_path, monkeypatch
+):
     import primus_lib.data.dtgg  # noqa: F401 - first: importing primus_lib.data.ledger alone is a circular import
     from primus_lib.data.ledger import TaskLedger
     from primus_lib.data.training_queue import TrainingQueue
@@ -104,8 +108,11 @@ def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(pro
     assert all(tasks.values())
     rows = sum(w.rows for w in TrainingQueue(paths.ledger).windows("history"))
 
-    trainer_port = processes("trainer", [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec),
-                                         "--poll-interval", "0.2"], lambda: True)  # fmt: skip
+    trainer_port = processes(
+        "trainer",
+        [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec), "--poll-interval", "0.2"],
+        lambda: True,
+    )
 
     prometheus_server.add_targets(f"{JOB}-executors", [f"127.0.0.1:{p}" for p in executor_ports])
     prometheus_server.add_targets(f"{JOB}-trainer", [f"127.0.0.1:{trainer_port}"])
@@ -161,6 +168,9 @@ def test_recording_rules_are_valid():
 
     if shutil.which("promtool") is None:
         missing("promtool not installed (Debian prometheus package)")
-    done = subprocess.run(["promtool", "check", "rules", str(ROOT / "config" / "prometheus" / "primus-rules.yml")],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["promtool", "check", "rules", str(ROOT / "config" / "prometheus" / "primus-rules.yml")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and "SUCCESS: 4 rules found" in done.stdout, done.stdout + done.stderr

@@ -17,8 +17,9 @@ def test_snapshots_are_throttled_and_names_are_file_safe(tmp_path):
     registry = CollectorRegistry()
     metrics = TrainerMetrics("job", "0", registry=registry)
     now = [100.0]
-    writer = SnapshotWriter(tmp_path, snapshot_name("data_executor", "history/2026:x"), registry, every=5.0,
-                            clock=lambda: now[0])  # fmt: skip
+    writer = SnapshotWriter(
+        tmp_path, snapshot_name("data_executor", "history/2026:x"), registry, every=5.0, clock=lambda: now[0]
+    )
     assert writer.maybe_write()
     (path,) = tmp_path.glob("*.prom")
     assert path.name == "data_executor-history_2026_x.prom"

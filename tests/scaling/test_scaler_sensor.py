@@ -60,8 +60,13 @@ def test_sensor_poke_applies_one_decision_per_role(airflow_api_server, job_env, 
     }
     job = load(demo_doc(roles=roles, name="scaler-demo"), check=False)
     spec = write_spec(job_env / "job.yaml", job)
-    conn = {"conn_type": "http", "host": "127.0.0.1", "port": int(airflow_api_server.url.rsplit(":", 1)[1]),
-            "login": airflow_api_server.username, "password": airflow_api_server.password}  # fmt: skip
+    conn = {
+        "conn_type": "http",
+        "host": "127.0.0.1",
+        "port": int(airflow_api_server.url.rsplit(":", 1)[1]),
+        "login": airflow_api_server.username,
+        "password": airflow_api_server.password,
+    }
     monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_AIRFLOW_API", json.dumps(conn))
     # the embedded default: executors and the trainer report into the in-process registry
     for i in range(4):

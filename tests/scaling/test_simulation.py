@@ -16,12 +16,15 @@ CORES = 4.0  # below PARALLELISM: every allocated core is usable
 
 
 def scaled_pool(executors: int, load: Load, minutes: int) -> tuple[PoolModel, ModelActuator, list[float]]:
-    spec = job(scaling={"vertical": {"enabled": False}},
-               role={"replicas": executors, "min_replicas": 1, "max_replicas": 500, "cpu": CORES, "memory": "16Gi"})  # fmt: skip
+    spec = job(
+        scaling={"vertical": {"enabled": False}},
+        role={"replicas": executors, "min_replicas": 1, "max_replicas": 500, "cpu": CORES, "memory": "16Gi"},
+    )
     model = PoolModel(executors, CORES, 16 * GIB)
     actuator = ModelActuator(model)
-    manager = ScalingManager(spec, ModelReader(model, lambda: load), actuator, clock=lambda: model.now,
-                             registry=CollectorRegistry())  # fmt: skip
+    manager = ScalingManager(
+        spec, ModelReader(model, lambda: load), actuator, clock=lambda: model.now, registry=CollectorRegistry()
+    )
     starved = []
     for _ in range(minutes):
         model.run(load, 60)

@@ -112,8 +112,9 @@ def test_a_real_executor_reports_its_lag_and_is_scaled_only_while_behind(
 
     def decide():
         policies = [HorizontalPolicy(job.spec.scaling.horizontal, STREAM_ROLE)]
-        manager = ScalingManager(job, files, _Recorder(), role=STREAM_ROLE, policies=policies,
-                                 registry=CollectorRegistry())  # fmt: skip
+        manager = ScalingManager(
+            job, files, _Recorder(), role=STREAM_ROLE, policies=policies, registry=CollectorRegistry()
+        )
         return manager.tick()
 
     _wait(lambda: lag(files), 6000, "lag in the executor's snapshot file")

@@ -87,8 +87,9 @@ def test_snapshots_on_s3_from_other_processes_drive_a_scaling_step(job_env, s3_e
     assert not isinstance(reader_for(job, "data_executor", None), TextfileReader)  # nothing written yet
 
     def write(worker: str, fill: float) -> None:
-        subprocess.run([sys.executable, "-c", REMOTE_WRITER, str(metrics_dir), worker, str(fill)], check=True,
-                       env=os.environ)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", REMOTE_WRITER, str(metrics_dir), worker, str(fill)], check=True, env=os.environ
+        )
 
     write("old", 0.9)  # a worker that died: its snapshot must not count once stale
     time.sleep(1.5)  # S3 modification times have whole seconds: the old one must be strictly older

@@ -136,6 +136,9 @@ def test_with_cgroup_v2_the_task_cgroup_gets_the_decided_limits(resized_job, mon
     monkeypatch.setenv("PRIMUS_CGROUP", str(own))
     seen, _ = _run_task(resized_job, monkeypatch)
     assert seen["enforcement"].memory == "cgroup v2" and seen["cpu"] == 3
-    assert seen["cgroup"] == {"memory.high": str(256 * MIB), "memory.max": str(int(256 * MIB * limits.MEMORY_HARD_FACTOR)),
-                              "cpu.max": "300000 100000"}  # fmt: skip
+    assert seen["cgroup"] == {
+        "memory.high": str(256 * MIB),
+        "memory.max": str(int(256 * MIB * limits.MEMORY_HARD_FACTOR)),
+        "cpu.max": "300000 100000",
+    }
     assert (own / "cgroup.procs").read_text() == str(os.getpid())  # moved back after the task

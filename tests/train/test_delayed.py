@@ -71,8 +71,11 @@ def test_completeness_is_the_ratio_of_click_rates():
 def test_spec_options_default_and_refuse_unknown_and_removed_fields():
     spec = ModelSpec()
     assert (spec.serve, spec.stream_correction, spec.memory_tower, spec.adapt_tower) == (
-        "mixture", "likelihood", [128, 64], [128, 64]
-    )  # fmt: skip
+        "mixture",
+        "likelihood",
+        [128, 64],
+        [128, 64],
+    )
     with pytest.raises(ValueError, match="stream_correction"):
         ModelSpec(stream_correction="soft")
     with pytest.raises(ValueError, match="batch_embedding_scale: removed in the MTRM of docs/training.md"):

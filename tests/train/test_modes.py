@@ -17,10 +17,18 @@ from tests.train.conftest import START
 def test_one_table_of_modes():
     assert modes.MODES == get_args(TrainingMode)
     assert modes.NEEDS is MODE_NEEDS and set(MODE_NEEDS) == set(modes.MODES)
-    assert [m for m in modes.MODES if modes.reads(m, "batch")] == ["mtrm", "single_tower", "offline",
-                                                                     "offline_then_online"]  # fmt: skip
-    assert [m for m in modes.MODES if modes.reads(m, "stream")] == ["mtrm", "single_tower", "online",
-                                                                      "offline_then_online"]  # fmt: skip
+    assert [m for m in modes.MODES if modes.reads(m, "batch")] == [
+        "mtrm",
+        "single_tower",
+        "offline",
+        "offline_then_online",
+    ]
+    assert [m for m in modes.MODES if modes.reads(m, "stream")] == [
+        "mtrm",
+        "single_tower",
+        "online",
+        "offline_then_online",
+    ]
     assert [m for m in modes.MODES if modes.two_towers(m)] == ["mtrm"]
     with pytest.raises(ValueError, match="expected one of"):
         modes.reads("hybrid", "batch")

@@ -28,8 +28,21 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     sizes = commit_windows(job, range(6))
     log = tmp_path / "ids.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "primus_lib.cli.main", "train", str(spec), "--checkpoint-steps", "4",
-           "--poll-interval", "0.05", "--idle-exit", "5", "--sample-log", str(log)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "primus_lib.cli.main",
+        "train",
+        str(spec),
+        "--checkpoint-steps",
+        "4",
+        "--poll-interval",
+        "0.05",
+        "--idle-exit",
+        "5",
+        "--sample-log",
+        str(log),
+    ]
     proc = subprocess.Popen([*cmd, "--step-delay", "0.05"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
@@ -58,8 +71,10 @@ def test_kill_and_resume_uses_every_sample_once(tiny, tmp_path):
     assert killed.checkpoints[-1] <= successor.resumed_at <= last_step, (killed.checkpoints, successor.resumed_at)
     produced = _produced(job, tmp_path)
     counts = trained.count(produced)
-    print(f"\nkill -9 at step {last_step}, last durable checkpoint {killed.checkpoints[-1]}, resumed from "
-          f"{successor.resumed_at}: {counts}")  # fmt: skip
+    print(
+        f"\nkill -9 at step {last_step}, last durable checkpoint {killed.checkpoints[-1]}, resumed from "
+        f"{successor.resumed_at}: {counts}"
+    )
     assert counts.exactly_once, counts  # exactly once in the checkpointed model state
     assert set(trained.raw) == set(produced)  # the raw step log: every sample at least once, nothing else
 
@@ -73,8 +88,11 @@ def _produced(job, root: Path) -> Counter:
     """(stream, id) of every produced sample: the six committed windows and the stream replay."""
     events = pajson.read_json(str(root / "data" / "stream" / "events.jsonl")).column("request_id").to_pylist()
     history = job.stream("history")
-    batch = [i for hour in range(6)
-             for i in batch_window(job, history, START + timedelta(hours=hour)).column("request_id").to_pylist()]  # fmt: skip
+    batch = [
+        i
+        for hour in range(6)
+        for i in batch_window(job, history, START + timedelta(hours=hour)).column("request_id").to_pylist()
+    ]
     return Counter([("realtime", i) for i in events] + [("history", i) for i in batch])
 
 

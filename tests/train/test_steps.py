@@ -109,8 +109,9 @@ def test_the_served_outputs(tiny):
     mean = stepper.predict(batch, output="mean")
     np.testing.assert_allclose(logit(mean), (logit(memory) + logit(adapt)) / 2, rtol=1e-4)
     w = stepper.evidence.validation.weights()
-    np.testing.assert_allclose(stepper.predict(batch), w["memory"] * memory + w["adapt"] * adapt + w["mean"] * mean,
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        stepper.predict(batch), w["memory"] * memory + w["adapt"] * adapt + w["mean"] * mean, rtol=1e-5
+    )
     assert stepper.config.served() == "mixture" and w["mean"] > 0.5
     adapt_served = LocalStepper(job, mode="mtrm", serve="adapt")
     assert adapt_served.config.served() == "adapt" and LocalStepper(job, mode="online").config.served() == "memory"
@@ -152,8 +153,18 @@ def test_a_step_after_predict_trains_in_training_mode_and_matches_one_without(ti
 def test_row_ids_are_read_only_when_asked_for(tiny):
     _, job = tiny
     assert _batch(job).ids[:2] == ["r0", "r1"]
-    table = pa.table({"request_id": ["a", "b"], "clicked": [1.0, 0.0], "ts": [1, 2], "user_id": [1, 2],
-                      "item_id": [3, 4], "category": [5, 6], "price": [1.0, 2.0], "age": [20.0, 30.0]})  # fmt: skip
+    table = pa.table(
+        {
+            "request_id": ["a", "b"],
+            "clicked": [1.0, 0.0],
+            "ts": [1, 2],
+            "user_id": [1, 2],
+            "item_id": [3, 4],
+            "category": [5, 6],
+            "price": [1.0, 2.0],
+            "age": [20.0, 30.0],
+        }
+    )
     assert to_batch(table, job.spec.features).ids is None
     assert to_batch(table, job.spec.features, "request_id").ids == ["a", "b"]
 

@@ -66,5 +66,6 @@ def _converted(conn_id: str, raw: Any) -> Connection | None:
     host = raw.host
     if (raw.conn_type or "") in WEBHDFS_TYPES and host and "," in host:
         host = active_namenode(conn_id, raw.port)
-    return Connection(conn_id, raw.conn_type or "", host, raw.port, raw.login, raw.password, raw.schema,
-                      dict(raw.extra_dejson or {}))  # fmt: skip
+    return Connection(
+        conn_id, raw.conn_type or "", host, raw.port, raw.login, raw.password, raw.schema, dict(raw.extra_dejson or {})
+    )

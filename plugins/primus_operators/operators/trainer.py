@@ -143,8 +143,9 @@ class PrimusTrainerOperator(BaseOperator):
             window_id(start),
         ]
         self.log.info("running %s", " ".join(command))
-        done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout,
-                              env=child_environment(**secrets))  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=self.timeout, env=child_environment(**secrets)
+        )
         for line in (done.stdout + done.stderr).splitlines()[-40:]:
             self.log.info("trainer| %s", line)
         if done.returncode != 0:

@@ -31,9 +31,15 @@ class PrimusScalerSensor(BaseSensorOperator):
 
     template_fields = ("spec_path", "prometheus_url")
 
-    def __init__(self, *, spec_path: str, prometheus_url: str | None = None,
-                 airflow_conn_id: str = API_CONNECTION, scale_stream_executors: bool = True,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        prometheus_url: str | None = None,
+        airflow_conn_id: str = API_CONNECTION,
+        scale_stream_executors: bool = True,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 60)
         # a poke lost to a transient Airflow error (the metadata database restarting) is retried, not
@@ -68,8 +74,9 @@ class PrimusScalerSensor(BaseSensorOperator):
 
             backend = backend_for(job, self.spec_path)
         with using(airflow_resolver()):  # snapshots and resources.json may be on the job's shared storage
-            decisions = scaling_step(job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job),
-                                     backend=backend)  # fmt: skip
+            decisions = scaling_step(
+                job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job), backend=backend
+            )
         for decision in decisions:
             self.log.info("scaling decision: %s", decision.to_dict())
         end = context.get("data_interval_end")

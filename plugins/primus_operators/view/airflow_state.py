@@ -66,9 +66,17 @@ def window_runs(dag_id: str) -> list[dict[str, Any]]:
                 continue
             if window is None:
                 continue
-            out.append({"window": window, "run_id": run.run_id, "state": str(run.state), "run_type": str(run.run_type),
-                        "start_date": _iso(run.start_date), "end_date": _iso(run.end_date),
-                        "data_tasks": tasks.get(run.run_id, {})})  # fmt: skip
+            out.append(
+                {
+                    "window": window,
+                    "run_id": run.run_id,
+                    "state": str(run.state),
+                    "run_type": str(run.run_type),
+                    "start_date": _iso(run.start_date),
+                    "end_date": _iso(run.end_date),
+                    "data_tasks": tasks.get(run.run_id, {}),
+                }
+            )
     return out
 
 

@@ -84,9 +84,13 @@ _WORLDS = [
     ),
 ]
 # not judged: the world of the priority rule's measurement (docs/training.md, "The priority rule")
-SURGE = NamedWorld("stream-surge", "probe", 0.2, "drift-base with 3 hours of 10x traffic every 2 days",
+SURGE = NamedWorld(
+    "stream-surge",
+    "probe",
+    0.2,
+    "drift-base with 3 hours of 10x traffic every 2 days",
     {"surge_every_hours": 48, "surge_hours": 3, "surge_factor": 10.0},
-)  # fmt: skip
+)
 _WORLDS.append(SURGE)
 WORLDS: dict[str, NamedWorld] = {w.name: w for w in _WORLDS}
 

@@ -99,16 +99,40 @@ class DataSourceOp:
             uri = base_uri + name
             n = -(-size // split) if split and size > split else 1
             if n == 1:  # the common case: one task per file
-                out.append(DataTask.fast(
-                    id=f"{prefix}{len(out):05d}", stream=stream, source=source, window=wid, uri=uri, path=path,
-                    format=fmt, size=size, offset=0, length=None, split=0, splits=1,
-                ))  # fmt: skip
+                out.append(
+                    DataTask.fast(
+                        id=f"{prefix}{len(out):05d}",
+                        stream=stream,
+                        source=source,
+                        window=wid,
+                        uri=uri,
+                        path=path,
+                        format=fmt,
+                        size=size,
+                        offset=0,
+                        length=None,
+                        split=0,
+                        splits=1,
+                    )
+                )
                 continue
             for k in range(n):
-                out.append(DataTask.fast(
-                    id=f"{prefix}{len(out):05d}", stream=stream, source=source, window=wid, uri=uri, path=path,
-                    format=fmt, size=size, offset=k * split, length=split, split=k, splits=n,
-                ))  # fmt: skip
+                out.append(
+                    DataTask.fast(
+                        id=f"{prefix}{len(out):05d}",
+                        stream=stream,
+                        source=source,
+                        window=wid,
+                        uri=uri,
+                        path=path,
+                        format=fmt,
+                        size=size,
+                        offset=k * split,
+                        length=split,
+                        split=k,
+                        splits=n,
+                    )
+                )
         return out
 
 

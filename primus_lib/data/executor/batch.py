@@ -40,8 +40,15 @@ class RunStats:
 class BatchExecutor:
     """One data executor: ``workers`` task runners over the job's ledger."""
 
-    def __init__(self, job: PrimusJob, *, workers: int = 2, executor_id: str | None = None,
-                 ledger: TaskLedger | None = None, heartbeat_interval: float = 2.0):  # fmt: skip
+    def __init__(
+        self,
+        job: PrimusJob,
+        *,
+        workers: int = 2,
+        executor_id: str | None = None,
+        ledger: TaskLedger | None = None,
+        heartbeat_interval: float = 2.0,
+    ):
         self.job = job
         self.workers = max(1, workers)
         self.id = executor_id or f"batch-{uuid.uuid4().hex[:8]}"
@@ -56,8 +63,10 @@ class BatchExecutor:
         beat = threading.Thread(target=self._heartbeat, args=(stop,), daemon=True, name=f"{self.id}-hb")
         self.ledger.heartbeat(self.id)
         beat.start()
-        threads = [threading.Thread(target=self._runner, args=(stream, window, stats), name=f"{self.id}-{i}")
-                   for i in range(self.workers)]  # fmt: skip
+        threads = [
+            threading.Thread(target=self._runner, args=(stream, window, stats), name=f"{self.id}-{i}")
+            for i in range(self.workers)
+        ]
         # one executor, one allotment: its runners' tasks share the thread count and the memory cap
         limits = Limits.for_role(self.job, EXECUTOR_ROLE)
         try:

@@ -72,8 +72,11 @@ def join_window(
     with ThreadPoolExecutor(1, thread_name_prefix="primus-shuffle") as spare:
         # with a second thread, the left side's part of the result (a left join keeps its rows in
         # order) is cleaned, permuted and gathered while the join probes the right side
-        early = spare.submit(_left_part, job, stream, first, wid, window_start, seed) \
-            if pa.cpu_count() > 1 and _speculate(job, stream, first) else None  # fmt: skip
+        early = (
+            spare.submit(_left_part, job, stream, first, wid, window_start, seed)
+            if pa.cpu_count() > 1 and _speculate(job, stream, first)
+            else None
+        )
         view = joined_view(job, stream, inputs, wid, probe_threads=1 if early else None)
         guess = early.result() if early is not None else None
         if guess is not None and view.left_intact:
@@ -89,8 +92,9 @@ def join_window(
         "tasks": len(plan.tasks),
         **dropped,
     }
-    manifest = write_window(directory, table, stream=stream_name, window=wid, seed=seed,
-                            rows_per_shard=stream.rows_per_shard, extra=extra)  # fmt: skip
+    manifest = write_window(
+        directory, table, stream=stream_name, window=wid, seed=seed, rows_per_shard=stream.rows_per_shard, extra=extra
+    )
     staging_dir(job, stream_name, wid).delete()  # committed: intermediates go
     lap("commit")
     return manifest
@@ -191,8 +195,10 @@ class JoinedView:
         field = self.schema.field(name)
         default = _default(field, self.fill.get(name), self.buckets.get(name))
         if default is None:
-            raise JoinError(f"window {self.wid} of stream {self.stream!r}: column {name!r} has empty values "
-                            "and join.fill has none for it")  # fmt: skip
+            raise JoinError(
+                f"window {self.wid} of stream {self.stream!r}: column {name!r} has empty values "
+                "and join.fill has none for it"
+            )
         return pc.fill_null(column, pa.scalar(default, field.type))
 
     def gather(self, name: str, rows: np.ndarray) -> pa.Array:
@@ -213,8 +219,9 @@ class JoinedView:
         return pa.Table.from_arrays([gathered[n] for n in self.schema.names], schema=self.schema)
 
 
-def joined_view(job: PrimusJob, stream: StreamSpec, inputs: dict[str, pa.Table | None], wid: str,
-                probe_threads: int | None = None) -> JoinedView:  # fmt: skip
+def joined_view(
+    job: PrimusJob, stream: StreamSpec, inputs: dict[str, pa.Table | None], wid: str, probe_threads: int | None = None
+) -> JoinedView:
     """Join the sources (the first is the left side) into a view of the full sample schema.
     ``probe_threads``: threads for the key lookups (default ``pa.cpu_count()``)."""
     names = [s.name for s in stream.sources]
@@ -231,8 +238,11 @@ def joined_view(job: PrimusJob, stream: StreamSpec, inputs: dict[str, pa.Table |
                 right = pa.table({k: pa.array([], pa.string()) for k in keys})
             extra = [c for c in right.column_names if c not in table.column_names or c in keys]
             right = right.select(extra)
-            found = _lookup_index(table, right, keys[0], how, probe_threads) \
-                if len(keys) == 1 and not right_columns else None  # fmt: skip
+            found = (
+                _lookup_index(table, right, keys[0], how, probe_threads)
+                if len(keys) == 1 and not right_columns
+                else None
+            )
             if found is None:  # the general join: materialised, earlier lookups included
                 table = _ordered_join(_materialize_right(table, right_columns), right, keys, how)
                 right_columns = {}
@@ -268,8 +278,10 @@ def _check_complete(job: PrimusJob, stream: StreamSpec, view: JoinedView) -> Non
             if field.name in job_keys(job) and field.name not in (stream.join.keys if stream.join else []):
                 view.constant[field.name] = ""
                 continue
-            raise JoinError(f"window {view.wid} of stream {stream.name!r}: no source provides column {field.name!r} "
-                            "and join.fill has no value for it")  # fmt: skip
+            raise JoinError(
+                f"window {view.wid} of stream {stream.name!r}: no source provides column {field.name!r} "
+                "and join.fill has no value for it"
+            )
         view.constant[field.name] = default
 
 
@@ -307,8 +319,9 @@ def _ordered_join(left: pa.Table, right: pa.Table, keys: list[str], how: str) ->
     return joined.take(order).drop_columns(["__l", "__r"])
 
 
-def _lookup_index(left: pa.Table, right: pa.Table, key: str, how: str,
-                  threads: int | None = None) -> tuple[np.ndarray | None, pa.Array] | None:  # fmt: skip
+def _lookup_index(
+    left: pa.Table, right: pa.Table, key: str, how: str, threads: int | None = None
+) -> tuple[np.ndarray | None, pa.Array] | None:
     """The common case, a right side whose matched keys are unique (clicks per request): one hash
     lookup per left row, left order kept, no sort. Returns (the left rows kept: None for all, the
     right row of each, null where none); None when a matched key repeats on the right (then the

@@ -129,12 +129,26 @@ class ExecutorService:
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
         self._reporter: threading.Thread | None = None  # report(): writes the metrics snapshot
         schema = sample_schema(job.spec.features, job_keys(job))
-        actions = {"stats": self._stats, "commit": self._commit, "seek": self._seek, "lag": self._lag,
-                   "assign": self._assign, "partitions": lambda body: {"all": self.all_keys}, "ack": self._ack}  # fmt: skip
+        actions = {
+            "stats": self._stats,
+            "commit": self._commit,
+            "seek": self._seek,
+            "lag": self._lag,
+            "assign": self._assign,
+            "partitions": lambda body: {"all": self.all_keys},
+            "ack": self._ack,
+        }
         self.server = BufferFlightServer(
-            self.buffer, schema, f"grpc://{host}:{port}", wait=wait, tagged=True, actions=actions,
-            lanes=None if self.lanes is None else self.lanes.pop, pop=self.buffer.lease, credential=self.credential,
-        )  # fmt: skip
+            self.buffer,
+            schema,
+            f"grpc://{host}:{port}",
+            wait=wait,
+            tagged=True,
+            actions=actions,
+            lanes=None if self.lanes is None else self.lanes.pop,
+            pop=self.buffer.lease,
+            credential=self.credential,
+        )
         self.location = f"grpc://{advertise or host}:{self.server.port}"
 
     @property
@@ -150,8 +164,13 @@ class ExecutorService:
     def _key(self, pair: tuple[int, int]) -> str:
         return partition_key(self.spec.sources[pair[0]].kafka.topic, pair[1])  # type: ignore[union-attr]
 
-    def _open(self, pairs: list[tuple[int, int]], position: dict[str, int], kept: dict | None = None,
-              new: set[str] = frozenset()) -> list[_Runner]:  # fmt: skip
+    def _open(
+        self,
+        pairs: list[tuple[int, int]],
+        position: dict[str, int],
+        kept: dict | None = None,
+        new: set[str] = frozenset(),
+    ) -> list[_Runner]:
         """One reader per source over ``pairs``: ``kept`` ones where they were, the others at
         ``position`` / the committed offsets / startup (rebalance: no later than any lane needs);
         startup of a partition added while running (``new``, ``_added``) is its first offset."""
@@ -230,8 +249,12 @@ class ExecutorService:
             if new:
                 self.all_partitions = in_order(self.all_partitions + new)
                 self._added |= {self._key(pair) for pair in new}
-                log.info("stream executor %s/%d: partitions %s added to the topic", self.stream_name, self.index,
-                         [self._key(pair) for pair in new])  # fmt: skip
+                log.info(
+                    "stream executor %s/%d: partitions %s added to the topic",
+                    self.stream_name,
+                    self.index,
+                    [self._key(pair) for pair in new],
+                )
         return [self._key(pair) for pair in new]
 
     def _put(self, lane: int, piece: tuple) -> bool:
@@ -267,8 +290,13 @@ class ExecutorService:
                 for runner in self.runners:
                     runner.lock.release()
             self._attached.set()
-            return {"position": self._position(), "dropped": dropped, "partitions": self.keys, "all": self.all_keys,
-                    "mode": self.mode}  # fmt: skip
+            return {
+                "position": self._position(),
+                "dropped": dropped,
+                "partitions": self.keys,
+                "all": self.all_keys,
+                "mode": self.mode,
+            }
 
     def _assign(self, body: dict) -> dict:
         """Serve exactly ``partitions``: stop the runners of partitions no longer wanted (their
@@ -301,8 +329,14 @@ class ExecutorService:
             self.runners += runners
             for runner in runners:
                 self._spawn(runner)
-            log.info("stream executor %s/%d: serves %s (dropped %d rows of %s)", self.stream_name, self.index,
-                     self.keys, dropped, sorted(gone))  # fmt: skip
+            log.info(
+                "stream executor %s/%d: serves %s (dropped %d rows of %s)",
+                self.stream_name,
+                self.index,
+                self.keys,
+                dropped,
+                sorted(gone),
+            )
             return {"partitions": self.keys, "dropped": dropped}
 
     def _ack(self, body: dict) -> dict:

@@ -34,8 +34,9 @@ def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
     registry = CollectorRegistry()
     worker = f"{service.stream_name}-{service.index}"
     metrics = ExecutorMetrics(service.job.name, worker, cpu, memory, role=ROLE, registry=registry)
-    writer = SnapshotWriter(JobPaths.for_job(service.job).metrics_dir, snapshot_name(ROLE, worker), registry,
-                            every=every)  # fmt: skip
+    writer = SnapshotWriter(
+        JobPaths.for_job(service.job).metrics_dir, snapshot_name(ROLE, worker), registry, every=every
+    )
     serve_from_env(registry, offset=service.index)
 
     def loop() -> None:

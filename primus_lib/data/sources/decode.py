@@ -34,8 +34,13 @@ def required_columns(job: PrimusJob, stream: StreamSpec, source: SourceSpec) -> 
     if stream.join is not None and len(stream.sources) > 1:
         return list(dict.fromkeys([*stream.join.keys, *source.columns]))
     features = job.spec.features
-    return [*(stream.join.keys if stream.join else []), features.label, features.timestamp,
-            *(f.name for f in features.sparse), *source.columns]  # fmt: skip
+    return [
+        *(stream.join.keys if stream.join else []),
+        features.label,
+        features.timestamp,
+        *(f.name for f in features.sparse),
+        *source.columns,
+    ]
 
 
 def decode(job: PrimusJob, stream: StreamSpec, source: SourceSpec, raw: pa.Table, origin: str) -> pa.Table:

@@ -69,13 +69,21 @@ def _read_parquet(fs, path: str, task: DataTask, wanted: set[str] | None) -> pa.
         if task.length is None:
             groups = list(range(reader.num_row_groups))
         else:
-            groups = [i for i in range(reader.num_row_groups)
-                      if task.offset <= _group_start(reader.metadata.row_group(i)) < task.offset + task.length]  # fmt: skip
+            groups = [
+                i
+                for i in range(reader.num_row_groups)
+                if task.offset <= _group_start(reader.metadata.row_group(i)) < task.offset + task.length
+            ]
         if not groups:
             return reader.schema_arrow.empty_table().select(columns)
         schema = pa.schema([reader.schema_arrow.field(c) for c in columns])
-        if columns and fs.type_name == "local" and all(_plain(f.type) for f in schema) and _polars_pays(task) \
-                and groups == list(range(groups[0], groups[-1] + 1)):  # fmt: skip
+        if (
+            columns
+            and fs.type_name == "local"
+            and all(_plain(f.type) for f in schema)
+            and _polars_pays(task)
+            and groups == list(range(groups[0], groups[-1] + 1))
+        ):
             rows = [reader.metadata.row_group(i).num_rows for i in range(groups[-1] + 1)]
             table = _read_polars(path, schema, sum(rows[: groups[0]]), sum(rows[groups[0] :]))
             if table is not None:
@@ -98,8 +106,13 @@ def _polars_pays(task: DataTask) -> bool:
 
 def _plain(kind: pa.DataType) -> bool:
     """Types Polars reads into exactly what pyarrow would (after a cast to the file's Arrow schema)."""
-    return (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-            or pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not pa.types.is_float16(kind)  # fmt: skip
+    return (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+    ) and not pa.types.is_float16(kind)
 
 
 def _read_polars(path: str, schema: pa.Schema, offset: int, rows: int) -> pa.Table | None:
@@ -114,8 +127,12 @@ def _read_polars(path: str, schema: pa.Schema, offset: int, rows: int) -> pa.Tab
     except ImportError:  # an install without Polars (it is in requirements/lock.txt): pyarrow reads
         return None
     try:
-        frame = pl.scan_parquet(path, parallel="none", hive_partitioning=False,
-                                glob=False).select(schema.names).slice(offset, rows).collect()  # fmt: skip
+        frame = (
+            pl.scan_parquet(path, parallel="none", hive_partitioning=False, glob=False)
+            .select(schema.names)
+            .slice(offset, rows)
+            .collect()
+        )
         table = frame.to_arrow().cast(schema)
     except (pl.exceptions.PolarsError, pa.ArrowException, OSError):
         return None

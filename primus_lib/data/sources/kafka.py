@@ -218,8 +218,9 @@ class KafkaStreamReader(StreamReader):
             for p in added:
                 self._next[partition_key(self.topic, p)] = self._watermarks(p)[0]
             self.partitions = sorted(self.partitions + added)
-            self.consumer.assign([TopicPartition(self.topic, p, self._next[partition_key(self.topic, p)])
-                                  for p in self.partitions])  # fmt: skip
+            self.consumer.assign(
+                [TopicPartition(self.topic, p, self._next[partition_key(self.topic, p)]) for p in self.partitions]
+            )
 
     def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
         self._follow()

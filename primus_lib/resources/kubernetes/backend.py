@@ -55,8 +55,13 @@ def _unschedulable(pod) -> str:
 class KubernetesBackend(ResourceBackend):
     name = "kubernetes"
 
-    def __init__(self, job: PrimusJob, spec_path: str | None = None, cluster: Cluster | None = None,
-                 roles: Iterable[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: PrimusJob,
+        spec_path: str | None = None,
+        cluster: Cluster | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> None:
         super().__init__(job, spec_path)
         if cluster is None:  # in-cluster config, else the kubeconfig ($KUBECONFIG, read by the client itself)
             from primus_lib.settings import settings
@@ -107,18 +112,32 @@ class KubernetesBackend(ResourceBackend):
             raise ResourceError(f"job {self.job.name!r}: the API server rejected the PrimusJob: {exc.body}") from exc
 
     def set_cr_status(self, status: JobStatus) -> None:
-        body = {"status": {"phase": status.phase, "message": status.message,
-                           "roles": {n: {"desired": r.desired, "running": r.running, "restarts": r.restarts,
-                                         "succeeded": r.succeeded, "failed": r.failed}
-                                     for n, r in status.roles.items() if n in self.roles()}}}  # fmt: skip
+        body = {
+            "status": {
+                "phase": status.phase,
+                "message": status.message,
+                "roles": {
+                    n: {
+                        "desired": r.desired,
+                        "running": r.running,
+                        "restarts": r.restarts,
+                        "succeeded": r.succeeded,
+                        "failed": r.failed,
+                    }
+                    for n, r in status.roles.items()
+                    if n in self.roles()
+                },
+            }
+        }
         self.cluster.custom.patch_namespaced_custom_object_status(
             m.GROUP, m.VERSION, self.ns, m.PLURAL, self.job.name, body, **MERGE
         )
 
     def patch_cr_role(self, role: str, change: dict[str, Any]) -> None:
         body = {"spec": {"resources": {"roles": {role: m.quantities(change)}}}}
-        self.cluster.custom.patch_namespaced_custom_object(m.GROUP, m.VERSION, self.ns, m.PLURAL, self.job.name,
-                                                           body, **MERGE)  # fmt: skip
+        self.cluster.custom.patch_namespaced_custom_object(
+            m.GROUP, m.VERSION, self.ns, m.PLURAL, self.job.name, body, **MERGE
+        )
 
     # -- creating objects -------------------------------------------------------------------
     def _create(self, create, body: dict) -> None:
@@ -345,8 +364,14 @@ class KubernetesBackend(ResourceBackend):
             recreate_trainer(self, obj, cpu=cpu, memory=memory)
         else:
             group, version, plural = m.PYTORCHJOB
-            patch = [{"op": "replace", "path": f"/spec/pytorchReplicaSpecs/{kind}/template/spec/containers/0/resources",
-                      "value": resources} for kind in obj["spec"]["pytorchReplicaSpecs"]]  # fmt: skip
+            patch = [
+                {
+                    "op": "replace",
+                    "path": f"/spec/pytorchReplicaSpecs/{kind}/template/spec/containers/0/resources",
+                    "value": resources,
+                }
+                for kind in obj["spec"]["pytorchReplicaSpecs"]
+            ]
             self.cluster.custom.patch_namespaced_custom_object(
                 group, version, self.ns, plural, name, patch, **JSON_PATCH
             )
@@ -375,10 +400,12 @@ class KubernetesBackend(ResourceBackend):
         from kubernetes.client.rest import ApiException
 
         self._delete_workloads()
-        for delete, name in ((self.cluster.core.delete_namespaced_service, m.trainer_service_name(self.job)),
-                             (self.cluster.core.delete_namespaced_service, m.executor_service_name(self.job)),
-                             (self.cluster.networking.delete_namespaced_network_policy, m.executor_service_name(self.job)),
-                             (self.cluster.core.delete_namespaced_config_map, m.spec_configmap_name(self.job))):  # fmt: skip
+        for delete, name in (
+            (self.cluster.core.delete_namespaced_service, m.trainer_service_name(self.job)),
+            (self.cluster.core.delete_namespaced_service, m.executor_service_name(self.job)),
+            (self.cluster.networking.delete_namespaced_network_policy, m.executor_service_name(self.job)),
+            (self.cluster.core.delete_namespaced_config_map, m.spec_configmap_name(self.job)),
+        ):
             try:
                 delete(name, self.ns)
             except ApiException as exc:

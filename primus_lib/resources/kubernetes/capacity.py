@@ -57,8 +57,9 @@ class NodeRoom:
         return max(0, n)
 
     def take(self, cpu: float, memory: float) -> NodeRoom:
-        return replace(self, cpu_used=self.cpu_used + cpu, memory_used=self.memory_used + memory,
-                       pods_used=self.pods_used + 1)  # fmt: skip
+        return replace(
+            self, cpu_used=self.cpu_used + cpu, memory_used=self.memory_used + memory, pods_used=self.pods_used + 1
+        )
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,14 @@ def _own_unbound(cluster: Cluster, bound: dict[tuple[str, str], int]) -> list[tu
         left = (job.spec.completions or 1) - (job.status.succeeded or 0)
         if any(c.type in ("Complete", "Failed") and c.status == "True" for c in job.status.conditions or []):
             left = 0
-        wanted.append((job.metadata.labels or {}, max(0, min(job.spec.parallelism or 0, left)),
-                       ser(job.spec.template.spec)))  # fmt: skip
+        wanted.append(
+            (job.metadata.labels or {}, max(0, min(job.spec.parallelism or 0, left)), ser(job.spec.template.spec))
+        )
     if cluster.has_pytorchjob:
         group, version, plural = m.PYTORCHJOB
-        jobs = cluster.custom.list_namespaced_custom_object(group, version, cluster.namespace, plural,
-                                                           label_selector=selector)  # fmt: skip
+        jobs = cluster.custom.list_namespaced_custom_object(
+            group, version, cluster.namespace, plural, label_selector=selector
+        )
         for obj in jobs.get("items", []):
             for replica in (obj.get("spec") or {}).get("pytorchReplicaSpecs", {}).values():
                 labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -160,9 +163,12 @@ def capacity(cluster: Cluster) -> Capacity:
     for node in all_nodes:
         if _schedulable(node):
             alloc = node.status.allocatable or {}
-            rooms[node.metadata.name] = NodeRoom(node.metadata.name, parse_quantity(alloc.get("cpu", 0)),
-                                                 parse_quantity(alloc.get("memory", 0)),
-                                                 int(parse_quantity(alloc.get("pods", 110))))  # fmt: skip
+            rooms[node.metadata.name] = NodeRoom(
+                node.metadata.name,
+                parse_quantity(alloc.get("cpu", 0)),
+                parse_quantity(alloc.get("memory", 0)),
+                int(parse_quantity(alloc.get("pods", 110))),
+            )
     source = f"{len(rooms)} of {len(all_nodes)} nodes schedulable; pods of all namespaces"
     try:
         pods = cluster.core.list_pod_for_all_namespaces().items
@@ -170,8 +176,10 @@ def capacity(cluster: Cluster) -> Capacity:
         if exc.status != 403:
             raise
         pods = cluster.core.list_namespaced_pod(cluster.namespace).items
-        source = (f"{len(rooms)} of {len(all_nodes)} nodes schedulable; pods of namespace {cluster.namespace} only "
-                  "(no cluster-wide pod list)")  # fmt: skip
+        source = (
+            f"{len(rooms)} of {len(all_nodes)} nodes schedulable; pods of namespace {cluster.namespace} only "
+            "(no cluster-wide pod list)"
+        )
     ser = cluster.api.sanitize_for_serialization
     bound: dict[tuple[str, str], int] = {}
     for pod in pods:
@@ -194,7 +202,11 @@ def capacity(cluster: Cluster) -> Capacity:
         rooms[best.name] = best.take(cpu, memory)
     nodes = tuple(rooms.values())
     return Capacity(
-        cpu_total=sum(r.cpu for r in nodes), memory_total=sum(r.memory for r in nodes),
-        cpu_requested=sum(r.cpu_used for r in nodes), memory_requested=sum(r.memory_used for r in nodes),
-        source=source, nodes=nodes, unplaced=unplaced,
-    )  # fmt: skip
+        cpu_total=sum(r.cpu for r in nodes),
+        memory_total=sum(r.memory for r in nodes),
+        cpu_requested=sum(r.cpu_used for r in nodes),
+        memory_requested=sum(r.memory_used for r in nodes),
+        source=source,
+        nodes=nodes,
+        unplaced=unplaced,
+    )

@@ -108,8 +108,10 @@ def labels(job: PrimusJob, role: str | None = None) -> dict[str, str]:
 
 
 def resources(spec: RoleSpec, cpu: float | None = None, memory: float | None = None) -> dict[str, Any]:
-    amounts = {"cpu": format_cpu(cpu if cpu is not None else spec.cpu),
-               "memory": format_memory(memory if memory is not None else spec.memory)}  # fmt: skip
+    amounts = {
+        "cpu": format_cpu(cpu if cpu is not None else spec.cpu),
+        "memory": format_memory(memory if memory is not None else spec.memory),
+    }
     limits = dict(amounts)
     if spec.gpu:
         limits["nvidia.com/gpu"] = str(spec.gpu)
@@ -117,13 +119,22 @@ def resources(spec: RoleSpec, cpu: float | None = None, memory: float | None = N
 
 
 def pod_security() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def literal(value: str) -> str:
@@ -141,9 +152,18 @@ def command(job: PrimusJob, role: str, trainer_nodes: int = 1, indexed: bool = F
     if role == role_rules.TRAINER_ROLE:
         rank = "$(JOB_COMPLETION_INDEX)" if indexed else "0"
         master = f"{job.name}-trainer-0.{trainer_service_name(job)}" if indexed else "127.0.0.1"
-        return ["torchrun", f"--nnodes={trainer_nodes}", f"--nproc-per-node={max(1, spec.gpu)}",
-                f"--node-rank={rank}", f"--master-addr={master}", f"--master-port={RDZV_PORT}",
-                "-m", "primus_lib.cli.main", "train", SPEC_FILE]  # fmt: skip
+        return [
+            "torchrun",
+            f"--nnodes={trainer_nodes}",
+            f"--nproc-per-node={max(1, spec.gpu)}",
+            f"--node-rank={rank}",
+            f"--master-addr={master}",
+            f"--master-port={RDZV_PORT}",
+            "-m",
+            "primus_lib.cli.main",
+            "train",
+            SPEC_FILE,
+        ]
     default = role_rules.default_command(role, SPEC_FILE)  # None when the subcommand does not exist
     if default is not None and role == EXECUTOR_ROLE:
         return executor_command()
@@ -155,8 +175,10 @@ def executor_command() -> list[str]:
     N = $PRIMUS_REPLICAS (in the template: scale rolls the pods), Flight on FLIGHT_PORT, advertised
     at the pod's IP (POD_NAME, POD_IP: downward API). A shell computes the ordinal: valid on 1.20,
     where the ``apps.kubernetes.io/pod-index`` label (1.28+) does not exist."""
-    script = (f'exec primus executor {SPEC_FILE} --index "${{POD_NAME##*-}}" --replicas "$PRIMUS_REPLICAS" '
-              f'--host 0.0.0.0 --port {FLIGHT_PORT} --advertise "$POD_IP"')  # fmt: skip
+    script = (
+        f'exec primus executor {SPEC_FILE} --index "${{POD_NAME##*-}}" --replicas "$PRIMUS_REPLICAS" '
+        f'--host 0.0.0.0 --port {FLIGHT_PORT} --advertise "$POD_IP"'
+    )
     return ["/bin/sh", "-c", script]
 
 
@@ -184,33 +206,47 @@ def flight_token_volume(job: PrimusJob, role: str, pod: dict[str, Any], containe
     container["volumeMounts"].append({"name": "flight-token", "mountPath": FLIGHT_SECRET_MOUNT, "readOnly": True})
 
 
-def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None,
-                 subdomain: str | None = None) -> dict[str, Any]:  # fmt: skip
+def pod_template(
+    job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None, subdomain: str | None = None
+) -> dict[str, Any]:
     spec = job.spec.resources.roles[role]
-    env = [{"name": "PRIMUS_JOB", "value": literal(job.name)}, {"name": "PRIMUS_ROLE", "value": literal(role)},
-           {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)}]  # fmt: skip
+    env = [
+        {"name": "PRIMUS_JOB", "value": literal(job.name)},
+        {"name": "PRIMUS_ROLE", "value": literal(role)},
+        {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)},
+    ]
     if has_database_password(job):  # the kubelet resolves it: the controller never reads the Secret
         ref = {"name": database_secret_name(job), "key": "password"}
         env.append({"name": DATABASE_PASSWORD_ENV, "valueFrom": {"secretKeyRef": ref}})
     container = {
-        "name": "main", "image": spec.image or "primus:latest", "command": cmd, "env": env,
-        "resources": resources(spec, cpu, memory), "securityContext": container_security(),
-        "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
-    }  # fmt: skip
+        "name": "main",
+        "image": spec.image or "primus:latest",
+        "command": cmd,
+        "env": env,
+        "resources": resources(spec, cpu, memory),
+        "securityContext": container_security(),
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
     if role == role_rules.TRAINER_ROLE:
         container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
     if role == EXECUTOR_ROLE:  # Ready (-> listed in the Endpoints) once Flight listens
-        env += [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]  # fmt: skip
+        env += [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ]
         container["ports"] = [{"name": FLIGHT_PORT_NAME, "containerPort": FLIGHT_PORT}]
         container["readinessProbe"] = {"tcpSocket": {"port": FLIGHT_PORT_NAME}, "periodSeconds": 5}
     pod: dict[str, Any] = {
-        "restartPolicy": restart, "serviceAccountName": WORKLOAD_SERVICE_ACCOUNT,
-        "automountServiceAccountToken": reads_endpoints(job, role), "securityContext": pod_security(), "containers": [container],
-        "volumes": [{"name": "spec", "configMap": {"name": spec_configmap_name(job)}},
-                    {"name": "tmp", "emptyDir": {}}],
-    }  # fmt: skip
+        "restartPolicy": restart,
+        "serviceAccountName": WORKLOAD_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": reads_endpoints(job, role),
+        "securityContext": pod_security(),
+        "containers": [container],
+        "volumes": [{"name": "spec", "configMap": {"name": spec_configmap_name(job)}}, {"name": "tmp", "emptyDir": {}}],
+    }
     if subdomain:
         pod["subdomain"] = subdomain
     flight_token_volume(job, role, pod, container)
@@ -220,8 +256,16 @@ def pod_template(job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu
 def owner(owner_uid: str | None, job: PrimusJob) -> list[dict[str, Any]]:
     if not owner_uid:
         return []
-    return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "PrimusJob", "name": job.name, "uid": owner_uid,
-             "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "PrimusJob",
+            "name": job.name,
+            "uid": owner_uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def meta(job: PrimusJob, name: str, role: str | None, owner_uid: str | None) -> dict[str, Any]:
@@ -253,26 +297,43 @@ def primusjob_object(job: PrimusJob, namespace: str) -> dict[str, Any]:
 
 def spec_configmap(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
     text = yaml.safe_dump(public_document(job), sort_keys=False)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(job, spec_configmap_name(job), None, owner_uid),
-            "data": {"job.yaml": text}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta(job, spec_configmap_name(job), None, owner_uid),
+        "data": {"job.yaml": text},
+    }
 
 
 def trainer_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
     """Headless: each trainer pod gets a DNS name <pod-hostname>.<service> for the rendezvous."""
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": meta(job, trainer_service_name(job), "trainer", owner_uid),
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(job, "trainer"),
-                     "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}]}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(job, trainer_service_name(job), "trainer", owner_uid),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels(job, "trainer"),
+            "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}],
+        },
+    }
 
 
 def executor_service(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
     """Headless, ready addresses only: the Endpoints list the executors whose Flight server listens,
     each with its pod's hostname (``<statefulset>-<i>``: the executor's index) and IP."""
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": meta(job, executor_service_name(job), EXECUTOR_ROLE, owner_uid),
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": False, "selector": labels(job, EXECUTOR_ROLE),
-                     "ports": [{"name": FLIGHT_PORT_NAME, "port": FLIGHT_PORT,
-                                "targetPort": FLIGHT_PORT_NAME}]}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(job, executor_service_name(job), EXECUTOR_ROLE, owner_uid),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": False,
+            "selector": labels(job, EXECUTOR_ROLE),
+            "ports": [{"name": FLIGHT_PORT_NAME, "port": FLIGHT_PORT, "targetPort": FLIGHT_PORT_NAME}],
+        },
+    }
 
 
 def flight_secret(job: PrimusJob, token: str, owner_uid: str | None = None) -> dict[str, Any]:
@@ -307,22 +368,39 @@ def replicas_patch(obj: dict, n: int) -> list[dict[str, Any]]:
     return ops
 
 
-def trainer_job(job: PrimusJob, indexed: bool, owner_uid: str | None = None, replicas: int | None = None,
-                cpu=None, memory=None) -> dict[str, Any]:  # fmt: skip
+def trainer_job(
+    job: PrimusJob, indexed: bool, owner_uid: str | None = None, replicas: int | None = None, cpu=None, memory=None
+) -> dict[str, Any]:
     spec = job.spec.resources.roles["trainer"]
     n = spec.replicas if replicas is None else replicas
-    template = pod_template(job, "trainer", "Never", cmd=command(job, "trainer", n, indexed) or [], cpu=cpu,
-                            memory=memory, subdomain=trainer_service_name(job))  # fmt: skip
-    body: dict[str, Any] = {"completions": n, "parallelism": n, "backoffLimit": spec.max_restarts * max(1, n),
-                            "template": template}  # fmt: skip
+    template = pod_template(
+        job,
+        "trainer",
+        "Never",
+        cmd=command(job, "trainer", n, indexed) or [],
+        cpu=cpu,
+        memory=memory,
+        subdomain=trainer_service_name(job),
+    )
+    body: dict[str, Any] = {
+        "completions": n,
+        "parallelism": n,
+        "backoffLimit": spec.max_restarts * max(1, n),
+        "template": template,
+    }
     if indexed:
         body["completionMode"] = "Indexed"
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
-            "spec": body}  # fmt: skip
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
+        "spec": body,
+    }
 
 
-def pytorch_job(job: PrimusJob, owner_uid: str | None = None, replicas: int | None = None, cpu=None,
-                memory=None) -> dict[str, Any]:  # fmt: skip
+def pytorch_job(
+    job: PrimusJob, owner_uid: str | None = None, replicas: int | None = None, cpu=None, memory=None
+) -> dict[str, Any]:
     """Kubeflow's PyTorchJob: the training operator sets MASTER_ADDR/RANK; one Master + n-1 Workers."""
     spec = job.spec.resources.roles["trainer"]
     n = spec.replicas if replicas is None else replicas
@@ -337,14 +415,20 @@ def pytorch_job(job: PrimusJob, owner_uid: str | None = None, replicas: int | No
     if n > 1:
         replica_specs["Worker"] = {"replicas": n - 1, "restartPolicy": "OnFailure", "template": template}
     group, version, _ = PYTORCHJOB
-    return {"apiVersion": f"{group}/{version}", "kind": "PyTorchJob",
-            "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
-            "spec": {"runPolicy": {"backoffLimit": spec.max_restarts * max(1, n), "cleanPodPolicy": "None"},
-                     "pytorchReplicaSpecs": replica_specs}}  # fmt: skip
+    return {
+        "apiVersion": f"{group}/{version}",
+        "kind": "PyTorchJob",
+        "metadata": meta(job, workload_name(job, "trainer"), "trainer", owner_uid),
+        "spec": {
+            "runPolicy": {"backoffLimit": spec.max_restarts * max(1, n), "cleanPodPolicy": "None"},
+            "pytorchReplicaSpecs": replica_specs,
+        },
+    }
 
 
-def statefulset(job: PrimusJob, role: str, owner_uid: str | None = None, replicas: int | None = None, cpu=None,
-                memory=None) -> dict[str, Any]:  # fmt: skip
+def statefulset(
+    job: PrimusJob, role: str, owner_uid: str | None = None, replicas: int | None = None, cpu=None, memory=None
+) -> dict[str, Any]:
     spec = job.spec.resources.roles[role]
     name = workload_name(job, role)
     n = spec.replicas if replicas is None else replicas
@@ -352,10 +436,19 @@ def statefulset(job: PrimusJob, role: str, owner_uid: str | None = None, replica
     for var in template["spec"]["containers"][0]["env"]:
         if var["name"] == "PRIMUS_REPLICAS":
             var["value"] = str(n)
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(job, name, role, owner_uid),
-            "spec": {"replicas": n, "serviceName": name,
-                     "podManagementPolicy": "Parallel", "selector": {"matchLabels": labels(job, role)},
-                     "updateStrategy": {"type": "RollingUpdate"}, "template": template}}  # fmt: skip
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta(job, name, role, owner_uid),
+        "spec": {
+            "replicas": n,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": labels(job, role)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": template,
+        },
+    }
 
 
 def kind_of(role: str) -> str:

@@ -172,8 +172,10 @@ def parse_args(argv: list[str]) -> tuple[str, list[str]]:
 def main(argv: list[str]) -> int:
     scheduler, command = parse_args(argv)
     if not command or not scheduler:
-        print("usage: python -m primus_lib.resources.yarn.am --scheduler HOST:PORT (--command BASE64 | -- COMMAND...)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m primus_lib.resources.yarn.am --scheduler HOST:PORT (--command BASE64 | -- COMMAND...)",
+            file=sys.stderr,
+        )
         return 2
     try:
         return Master(command, scheduler).run()

@@ -59,8 +59,11 @@ def diagnosis(app: dict) -> str:
     text = app.get("diagnostics") or ""
     code = re.search(r"exit(?:Code:| code)\s*(-?\d+)", text)
     tail = re.search(r"Last \d+ bytes of stderr :\n(.*?)(?:\n\n|$)", text, re.S)
-    lines = [ln.strip() for ln in (tail.group(1).splitlines() if tail else [])
-             if ln.strip() and not ln.startswith("primus-am: registered")]  # fmt: skip
+    lines = [
+        ln.strip()
+        for ln in (tail.group(1).splitlines() if tail else [])
+        if ln.strip() and not ln.startswith("primus-am: registered")
+    ]
     parts = [f"exit code {code.group(1)}" if code else "", " | ".join(lines[-3:])[-300:]]
     return ": ".join(p for p in parts if p) or text.strip()[:300]
 
@@ -76,8 +79,14 @@ def is_failed(app: dict) -> bool:
 class YarnBackend(ResourceBackend):
     name = "yarn"
 
-    def __init__(self, job: PrimusJob, spec_path: str | None = None, target: ClusterTarget | None = None,
-                 client: YarnClient | None = None, roles=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: PrimusJob,
+        spec_path: str | None = None,
+        target: ClusterTarget | None = None,
+        client: YarnClient | None = None,
+        roles=None,
+    ) -> None:
         super().__init__(job, spec_path)
         target = target or next((c for c in job.spec.resources.clusters if c.backend == "yarn"), None)
         if client is None and (target is None or not target.resource_manager):
@@ -151,11 +160,20 @@ class YarnBackend(ResourceBackend):
                 app = history[-1]
                 attempts = self.client.attempts(app["id"])
                 last = max(attempts, key=lambda a: int(a.get("id", 0)), default={})
-                rows.append({"index": index, "app": app["id"], "state": app.get("state"),
-                             "final_status": app.get("finalStatus"), "restarts": self.restarts(history),
-                             "attempt": last.get("appAttemptId"), "container": last.get("containerId"),
-                             "node_http": last.get("nodeHttpAddress"), "allocated_mb": app.get("allocatedMB"),
-                             "allocated_vcores": app.get("allocatedVCores")})  # fmt: skip
+                rows.append(
+                    {
+                        "index": index,
+                        "app": app["id"],
+                        "state": app.get("state"),
+                        "final_status": app.get("finalStatus"),
+                        "restarts": self.restarts(history),
+                        "attempt": last.get("appAttemptId"),
+                        "container": last.get("containerId"),
+                        "node_http": last.get("nodeHttpAddress"),
+                        "allocated_mb": app.get("allocatedMB"),
+                        "allocated_vcores": app.get("allocatedVCores"),
+                    }
+                )
             out[name] = rows
         return out
 
@@ -170,13 +188,33 @@ class YarnBackend(ResourceBackend):
             # the job's shared state (discovery.SharedStateDiscovery advertises the host's name)
             command += ["--index", str(index), "--replicas", str(replicas), "--host", "0.0.0.0", "--port", "0"]
         env = {k: v for k, v in child_environment().items() if k.startswith(PASS_ENV_PREFIXES)}
-        env.update({"PRIMUS_JOB": self.job.name, "PRIMUS_ROLE": role, "PRIMUS_REPLICA_INDEX": str(index),
-                    "PRIMUS_REPLICAS": str(replicas), "PRIMUS_CPU": str(cpu), "PRIMUS_MEMORY": str(int(memory))})  # fmt: skip
+        env.update(
+            {
+                "PRIMUS_JOB": self.job.name,
+                "PRIMUS_ROLE": role,
+                "PRIMUS_REPLICA_INDEX": str(index),
+                "PRIMUS_REPLICAS": str(replicas),
+                "PRIMUS_CPU": str(cpu),
+                "PRIMUS_MEMORY": str(int(memory)),
+            }
+        )
         app_id = self.client.new_application()["application-id"]
         tags = [_tag("job", self.job.name), _tag("role", role), _tag("worker", index)]
-        self.client.submit(submission_context(app_id, f"{self.job.name}-{role}-{index}", command, cpu, memory,
-                                              self.queue, tags, env, spec.max_restarts + 1, self.python,
-                                              scheduler=self.client.scheduler_address()))  # fmt: skip
+        self.client.submit(
+            submission_context(
+                app_id,
+                f"{self.job.name}-{role}-{index}",
+                command,
+                cpu,
+                memory,
+                self.queue,
+                tags,
+                env,
+                spec.max_restarts + 1,
+                self.python,
+                scheduler=self.client.scheduler_address(),
+            )
+        )
         return app_id
 
     def _kill(self, app: dict) -> None:
@@ -221,8 +259,9 @@ class YarnBackend(ResourceBackend):
     # -- status ---------------------------------------------------------------------------------
     def role_status(self, role: str, apps: list[dict] | None = None) -> RoleStatus:
         replicas, cpu, memory = self.desired(role)
-        status = RoleStatus(role, desired=replicas, cpu=cpu, memory=memory,
-                            cluster=self.target.name if self.target else None)  # fmt: skip
+        status = RoleStatus(
+            role, desired=replicas, cpu=cpu, memory=memory, cluster=self.target.name if self.target else None
+        )
         if not self.runnable(role):
             status.note = "not run by the backend: no command and no runnable default (Airflow mapped tasks)"
             return status

@@ -30,8 +30,9 @@ class YarnClient:
     ``user`` is sent as ``user.name`` (Hadoop's pseudo authentication, which an RM with simple
     auth and no anonymous access requires for writes): the cluster's ``user`` in the spec, else the OS user."""
 
-    def __init__(self, url: str, session: requests.Session | None = None, timeout: float = 30.0,
-                 user: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, session: requests.Session | None = None, timeout: float = 30.0, user: str | None = None
+    ) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
         self.user = user or getpass.getuser()
         self.session = session or requests.Session()
@@ -42,8 +43,9 @@ class YarnClient:
         if self.user:
             params["user.name"] = self.user
         try:
-            reply = self.session.request(method, url, params=params, timeout=self.timeout,
-                                         headers={"Accept": "application/json"}, **kwargs)  # fmt: skip
+            reply = self.session.request(
+                method, url, params=params, timeout=self.timeout, headers={"Accept": "application/json"}, **kwargs
+            )
         except requests.RequestException as exc:
             raise ResourceError(f"YARN {what}: {method} {url} failed: {exc}") from exc
         if reply.status_code >= 400:
@@ -103,8 +105,12 @@ class YarnClient:
         """One value of the RM's configuration from its /conf servlet, or None where it is not served."""
         if name not in self._conf:
             try:
-                reply = self.session.get(f"{self.url}/conf", params={"name": name}, timeout=self.timeout,
-                                         headers={"Accept": "application/json"})  # fmt: skip
+                reply = self.session.get(
+                    f"{self.url}/conf",
+                    params={"name": name},
+                    timeout=self.timeout,
+                    headers={"Accept": "application/json"},
+                )
                 prop = reply.json().get("property") if reply.ok else None
                 self._conf[name] = prop.get("value") if isinstance(prop, dict) else None
             except (requests.RequestException, ValueError):
@@ -122,26 +128,43 @@ class YarnClient:
         return f"{host}:{port}"
 
 
-def submission_context(app_id: str, name: str, command: list[str], cpu: float, memory: float, queue: str,
-                       tags: list[str], env: dict[str, str], attempts: int, python: str,
-                       scheduler: str = "") -> dict:  # fmt: skip
+def submission_context(
+    app_id: str,
+    name: str,
+    command: list[str],
+    cpu: float,
+    memory: float,
+    queue: str,
+    tags: list[str],
+    env: dict[str, str],
+    attempts: int,
+    python: str,
+    scheduler: str = "",
+) -> dict:
     """The application-submission-context (Cluster Applications API): the AM container runs our AM
     (primus_lib.resources.yarn.am) with the RM's scheduler address and ``command`` (base64: no quote
     reaches the launch script) as arguments; it registers with the RM and runs ``command`` as its child."""
     where = f" --scheduler {shlex.quote(scheduler)}" if scheduler else ""
-    am = (f"{shlex.quote(python)} -m {AM_MODULE}{where} --command {encode_command(command)} "
-          "1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")  # fmt: skip
+    am = (
+        f"{shlex.quote(python)} -m {AM_MODULE}{where} --command {encode_command(command)} "
+        "1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    )
     check_launch_script(env, am)
     return {
-        "application-id": app_id, "application-name": name, "application-type": APP_TYPE, "queue": queue,
+        "application-id": app_id,
+        "application-name": name,
+        "application-type": APP_TYPE,
+        "queue": queue,
         "am-container-spec": {
             "commands": {"command": am},
             "environment": {"entry": [{"key": k, "value": v} for k, v in sorted(env.items())]},
         },
         "resource": {"memory": int(math.ceil(memory / MIB)), "vCores": max(1, int(math.ceil(cpu)))},
-        "max-app-attempts": attempts, "keep-containers-across-application-attempts": False,
-        "unmanaged-AM": False, "application-tags": {"tag": tags},
-    }  # fmt: skip
+        "max-app-attempts": attempts,
+        "keep-containers-across-application-attempts": False,
+        "unmanaged-AM": False,
+        "application-tags": {"tag": tags},
+    }
 
 
 def check_launch_script(env: dict[str, str], command: str) -> None:

@@ -168,8 +168,14 @@ def read_tokens(data: bytes) -> list[Token]:
         size, pos = _read_varint(data, 5)
         for kv in unpb(data[pos : pos + size]).get(1, []):
             token = unpb(_first(unpb(kv), 2, b""))
-            tokens.append(Token(_first(token, 1, b""), _first(token, 2, b""), _first(token, 3, b"").decode(),
-                                _first(token, 4, b"").decode()))  # fmt: skip
+            tokens.append(
+                Token(
+                    _first(token, 1, b""),
+                    _first(token, 2, b""),
+                    _first(token, 3, b"").decode(),
+                    _first(token, 4, b"").decode(),
+                )
+            )
         return tokens
     count, pos = _read_vlong(data, 5)
     for _ in range(count):
@@ -190,8 +196,10 @@ def token_from_proto(buf: bytes) -> Token:
 
 # -- SASL DIGEST-MD5 (RFC 2831, qop=auth) as Hadoop's token authentication uses it ---------------
 def _directives(challenge: str) -> dict[str, str]:
-    return {m.group(1).lower(): (m.group(3) if m.group(3) is not None else m.group(2)).replace('\\"', '"')
-            for m in re.finditer(r'([\w-]+)\s*=\s*("((?:[^"\\]|\\.)*)"|[^,]*)', challenge)}  # fmt: skip
+    return {
+        m.group(1).lower(): (m.group(3) if m.group(3) is not None else m.group(2)).replace('\\"', '"')
+        for m in re.finditer(r'([\w-]+)\s*=\s*("((?:[^"\\]|\\.)*)"|[^,]*)', challenge)
+    }
 
 
 def digest_values(user: str, password: str, realm: str, nonce: str, cnonce: str, nc: str, uri: str) -> tuple[str, str]:
@@ -219,8 +227,10 @@ def digest_md5(challenge: bytes, token: Token, protocol: str, server_id: str) ->
     realm, nonce = d.get("realm", server_id), d["nonce"]
     cnonce, nc, uri = base64.b64encode(os.urandom(24)).decode(), "00000001", f"{protocol}/{server_id}"
     response, rspauth = digest_values(user, password, realm, nonce, cnonce, nc, uri)
-    text = (f'charset=utf-8,username="{user}",realm="{realm}",nonce="{nonce}",nc={nc},cnonce="{cnonce}",'
-            f'digest-uri="{uri}",maxbuf=65536,response={response},qop=auth')  # fmt: skip
+    text = (
+        f'charset=utf-8,username="{user}",realm="{realm}",nonce="{nonce}",nc={nc},cnonce="{cnonce}",'
+        f'digest-uri="{uri}",maxbuf=65536,response={response},qop=auth'
+    )
     return text.encode(), rspauth
 
 

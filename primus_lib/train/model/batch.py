@@ -46,8 +46,11 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
     names = table.column_names
     wanted = _wanted(features)
     if not wanted.issubset(names):
-        missing = [c for c in [features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense]
-                   if c not in names]  # fmt: skip
+        missing = [
+            c
+            for c in [features.label, features.timestamp, *(f.name for f in features.sparse), *features.dense]
+            if c not in names
+        ]
         raise ValueError(f"sample table lacks columns {missing} (has {sorted(names)})")
     rows = table.num_rows
     keys = [f.name for f in features.sparse]

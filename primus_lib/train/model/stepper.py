@@ -74,9 +74,12 @@ class LocalStepper:
         self.group = Group()  # this process's world (a world of one unless under torchrun)
         torch.manual_seed(self.config.seed)
         self.model = TwoTowerModel(
-            spec.features, spec.model, two_towers=self.config.two_towers,
-            sparse_lr=self.config.sparse_learning_rate, tables=tables,
-        )  # fmt: skip
+            spec.features,
+            spec.model,
+            two_towers=self.config.two_towers,
+            sparse_lr=self.config.sparse_learning_rate,
+            tables=tables,
+        )
         lr = self.config.learning_rate
         self.optimizers: dict[str, torch.optim.Optimizer] = {"memory": tower_adam(self.model.memory_parameters(), lr)}
         if self.config.two_towers:

@@ -93,9 +93,20 @@ class Trainer:
         grace = options.flush_grace if options.flush_grace is not None else options.poll_interval
         if queue is None and reads(self.mode, "batch"):
             queue = TrainingQueue(self.paths.ledger)
-        self.inputs = Inputs(job, self.mode, limits, readers or {}, self.registry, rank=self.rank, size=self.size,
-                             high_water=options.high_water, flush_grace=grace, queue=queue, where=self.paths.locate,
-                             clock=clock)  # fmt: skip
+        self.inputs = Inputs(
+            job,
+            self.mode,
+            limits,
+            readers or {},
+            self.registry,
+            rank=self.rank,
+            size=self.size,
+            high_water=options.high_water,
+            flush_grace=grace,
+            queue=queue,
+            where=self.paths.locate,
+            clock=clock,
+        )
         self.coordinator.attach(self.inputs)
         self.batch_feeds, self.stream_feeds = self.inputs.batch_feeds, self.inputs.stream_feeds
         until = options.until_window
@@ -317,9 +328,13 @@ class Trainer:
         try:
             self.restore()
             if self.options.prefetch:
-                self.prefetch = Prefetcher(self.inputs.read, self.inputs.lock, self.options.poll_interval,
-                                           full=self.inputs.queues_full,
-                                           prepare=self.reader.prepare_next(self.prepare) if self.prepares else None)  # fmt: skip
+                self.prefetch = Prefetcher(
+                    self.inputs.read,
+                    self.inputs.lock,
+                    self.options.poll_interval,
+                    full=self.inputs.queues_full,
+                    prepare=self.reader.prepare_next(self.prepare) if self.prepares else None,
+                )
                 self.prefetch.start()
             try:
                 self.loop()

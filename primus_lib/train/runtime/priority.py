@@ -84,8 +84,9 @@ class ReaderMetrics:
         """The labelled children of ``stream`` (looked up once: every step updates them)."""
         got = self.children.get(stream)
         if got is None:
-            got = self.children[stream] = tuple(m.labels(stream) for m in (self.buffer_rows, self.lag_seconds,
-                                                                              self.rows_served))  # fmt: skip
+            got = self.children[stream] = tuple(
+                m.labels(stream) for m in (self.buffer_rows, self.lag_seconds, self.rows_served)
+            )
         return got
 
 

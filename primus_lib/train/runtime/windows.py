@@ -53,9 +53,15 @@ class WindowAccounting:
         return [(int(k), keys == k) for k in sorted(set(keys.tolist()))]
 
     def account(
-        self, name: str, kind: str, rows: pa.Table, ts: np.ndarray, labels, probs,
+        self,
+        name: str,
+        kind: str,
+        rows: pa.Table,
+        ts: np.ndarray,
+        labels,
+        probs,
         parts: list[tuple[int, np.ndarray | None]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One trained minibatch: statistics per window, completion of batch windows
         (``parts``: ``self.parts`` of these rows, when computed ahead)."""
         if parts is None:
