@@ -10,7 +10,7 @@ argument or an environment variable, so it shows in no ``ps`` and no log:
   (``executors/.flight-token`` on S3/HDFS: YARN and remote roots), made there by the first executor
   or trainer that needs it (``secrets.token_urlsafe``); whoever can list the executors can read it;
 - on Kubernetes, the Secret ``<job>-flight`` (key ``token``) the controller creates with the job
-  and mounts into the executor and trainer pods (``manifests.FLIGHT_TOKEN_FILE``; never made there).
+  and mounts into the executor and trainer pods (``kubernetes/names.FLIGHT_TOKEN_FILE``; never made there).
 
 Two processes making a remote token at once (S3 has no create-if-absent): the last PUT wins. A
 server whose token does not match re-reads the file (at most every ``REFRESH_SECONDS``) before it

@@ -4,20 +4,19 @@ The allotment is the vertical policy's latest decision (``primus_lib.allocation.
 A batch data task runs inside ``enforced(limits, name)``: Arrow's CPU and I/O pools and the OpenMP /
 BLAS / torch threads set to ``ceil(cpu)``, memory capped at ``limits.memory`` above what the process
 held when the block began, children started before it excluded (``MemoryCapExceeded`` naming the
-task; killed past ``MEMORY_HARD_FACTOR`` x the cap). The supervisor starts a worker with ``thread_env``,
-``pin_cores`` and its ``Cgroup``. Memory: cgroup v2 where this process's cgroup can give a child the
-memory controller, else an RSS guard (not ``RLIMIT_AS``: Python and Arrow reserve far more address
-space than they touch). ``PRIMUS_CGROUP=off`` disables cgroups, ``=DIR`` names this process's own.
+task; killed past ``MEMORY_HARD_FACTOR`` x the cap). The supervisor starts a worker with
+``thread_env``, ``pin_cores`` and its ``Cgroup`` (``cgroup.py``). Memory: cgroup v2 where this
+process's cgroup can give a child the memory controller, else an RSS guard (not ``RLIMIT_AS``:
+Python and Arrow reserve far more address space than they touch). ``PRIMUS_CGROUP=off`` disables
+cgroups, ``=DIR`` names this process's own.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -27,16 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from primus_lib.resources import proctree
-from primus_lib.settings import settings, swap_environ
+from primus_lib.resources.cgroup import Cgroup, cgroup_parent
+from primus_lib.settings import swap_environ
 
 log = logging.getLogger("primus.resources.limits")
 
 MEMORY_HARD_FACTOR = 1.25  # the cap fails the task cleanly; past this multiple the process is killed
 GUARD_POLL_SECONDS = 0.05
 CHILDREN_EVERY_POLLS = 20  # child processes are listed once a second (a /proc walk)
-CPU_PERIOD_US = 100_000
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ARROW_IO_THREADS", "POLARS_MAX_THREADS")
-CGROUP_ENV = "PRIMUS_CGROUP"
 
 
 @dataclass(frozen=True)
@@ -98,94 +96,6 @@ def pin_cores(pid: int, cpu: float, index: int = 0) -> set[int]:
     except OSError:
         return set()
     return chosen
-
-
-# -- cgroup v2 ------------------------------------------------------------------------------
-def cgroup_parent() -> tuple[Path | None, str]:
-    """(the cgroup under which this process can make children with a memory limit, or None; why)."""
-    return _cgroup_parent(settings().cgroup or "")
-
-
-@functools.lru_cache(maxsize=8)
-def _cgroup_parent(setting: str) -> tuple[Path | None, str]:
-    if setting.lower() in ("off", "0", "false", "no", "none"):
-        return None, f"disabled by {CGROUP_ENV}={setting}"
-    own = Path(setting) if setting else _own_cgroup()
-    if own is None:
-        return None, "no cgroup v2 hierarchy for this process (/proc/self/cgroup, /proc/self/mountinfo)"
-    try:
-        controllers = (own / "cgroup.controllers").read_text().split()
-        subtree = (own / "cgroup.subtree_control").read_text().split()
-    except OSError as exc:
-        return None, f"{own}: {exc.strerror or exc}"
-    if "memory" not in controllers:
-        return None, f"{own}: no memory controller on cgroup v2 (cgroup.controllers: {' '.join(controllers) or '-'})"
-    missing = [c for c in ("memory", "cpu") if c in controllers and c not in subtree]
-    if missing:
-        try:
-            (own / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
-        except OSError as exc:
-            return None, f"{own}: cannot enable {'/'.join(missing)} for child cgroups ({exc.strerror or exc})"
-    return own, f"cgroup v2 under {own}"
-
-
-def _own_cgroup() -> Path | None:
-    try:
-        membership = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    path = next((line[3:] for line in membership if line.startswith("0::")), None)
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if path is None or right.split()[:1] != ["cgroup2"] or len(fields) < 5:
-            continue
-        root, point = fields[3], fields[4]
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            return Path(point) / path[len(root) :].lstrip("/")
-    return None
-
-
-class Cgroup:
-    """A child cgroup with a memory (and CPU) limit; ``add`` moves a process into it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.ooms_before = path, 0
-
-    @classmethod
-    def make(
-        cls, parent: Path, name: str, *, cpu: float, memory_max: float, memory_high: float | None = None
-    ) -> Cgroup:
-        group = cls(parent / re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:120])
-        group.path.mkdir(exist_ok=True)
-        if memory_high is not None:
-            group.write("memory.high", str(int(memory_high)))
-        group.write("memory.max", str(int(memory_max)))
-        if "cpu" in (parent / "cgroup.subtree_control").read_text().split():
-            group.write("cpu.max", f"{max(1000, int(cpu * CPU_PERIOD_US))} {CPU_PERIOD_US}")
-        group.ooms_before = group.oom_kills()  # a cgroup left from before keeps its count
-        return group
-
-    def write(self, name: str, value: str) -> None:
-        (self.path / name).write_text(value)
-
-    def add(self, pid: int) -> None:
-        self.write("cgroup.procs", str(pid))
-
-    def oom_kills(self) -> int:
-        try:
-            events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines() if line)
-        except (OSError, ValueError):
-            return 0
-        return int(events.get("oom_kill", 0))
-
-    def remove(self) -> None:
-        """rmdir (the kernel refuses while processes remain; the charges move to the parent)."""
-        try:
-            self.path.rmdir()
-        except OSError as exc:
-            log.debug("cgroup %s left in place: %s", self.path, exc)
 
 
 # -- the RSS guard ----------------------------------------------------------------------------

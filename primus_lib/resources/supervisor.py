@@ -14,71 +14,23 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from primus_lib.metrics.names import OOM_KILLS
 from primus_lib.paths import JobPaths
-from primus_lib.resources import limits
+from primus_lib.resources import cgroup, limits
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.cpu_quota import CpuQuota, v1_cpu_parent
 from primus_lib.resources.table import identity, read_json, write_json
+from primus_lib.resources.workers import Role, Worker
 from primus_lib.settings import child_environment, settings
 from primus_lib.spec.job import PrimusJob
 
 POLL_SECONDS = 0.25
 METRICS_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
-
-
-@dataclass
-class Worker:
-    index: int
-    proc: subprocess.Popen | None = None
-    state: str = "pending"  # pending | running | succeeded | failed | stopped
-    exit_code: int | None = None
-    restarts: int = 0
-    oom_kills: int = 0
-    rss: int = 0
-    cpu_percent: float = 0.0
-    cores: list[int] = field(default_factory=list)  # pinned to (the CPU allotment)
-    cgroup: str = ""  # its cgroup v2 directory, where the machine allows one
-    cpu_quota: str = ""  # its cgroup v1 cpu directory, where v2 caps no CPU and v1 can
-    _ps: psutil.Process | None = None
-    _group: limits.Cgroup | None = None
-    _quota: CpuQuota | None = None
-
-    def row(self) -> dict:
-        ident = identity(self.proc.pid) if self.proc and self.state == "running" and self.proc.poll() is None else {}
-        return {
-            "index": self.index,
-            "state": self.state,
-            "exit_code": self.exit_code,
-            "restarts": self.restarts,
-            "oom_kills": self.oom_kills,
-            "rss": self.rss,
-            "cpu_percent": self.cpu_percent,
-            "cores": self.cores,
-            "cgroup": self.cgroup,
-            "cpu_quota": self.cpu_quota,
-            **ident,
-        }
-
-
-@dataclass
-class Role:
-    name: str
-    command: list[str] | None
-    replicas: int
-    cpu: float
-    memory: float
-    max_restarts: int
-    critical: bool
-    workers: dict[int, Worker] = field(default_factory=dict)
-    started: bool = False
-    note: str = ""
 
 
 class Supervisor:
@@ -236,12 +188,12 @@ class Supervisor:
         worker._quota, worker.cpu_quota = quota, str(quota.path)
 
     def confine_v2(self, role: Role, worker: Worker) -> None:
-        parent, _ = limits.cgroup_parent()
+        parent, _ = cgroup.cgroup_parent()
         if parent is None:
             return
         name = f"primus-{self.job.name}-{role.name}-{worker.index}"
         try:
-            group = limits.Cgroup.make(parent, name, cpu=role.cpu, memory_max=role.memory)
+            group = cgroup.Cgroup.make(parent, name, cpu=role.cpu, memory_max=role.memory)
             group.add(worker.proc.pid)
         except OSError as exc:
             self.message = f"role {role.name!r} worker {worker.index}: no cgroup under {parent}: {exc}"

@@ -5,7 +5,7 @@ A spec is input from people and from ``${VAR}`` expansion; a value that parses i
 value that is safe to turn into a path, a topic, a pod or a thousand processes. These bounds
 live here (not in the field types) so the generated CRD stays as it is. A role's ``command`` is
 the one free-form value that reaches a process: every backend runs it in exec form (no shell),
-and the Kubernetes manifests escape its ``$`` (manifests.literal), so it is refused only a NUL.
+and the Kubernetes manifests escape its ``$`` (kubernetes/pods.literal), so it is refused only a NUL.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import pytest
 
 from primus_lib.resources.base import ResourceError
 from primus_lib.resources.kubernetes import manifests as m
+from primus_lib.resources.kubernetes.names import SPEC_FILE
 from primus_lib.resources.yarn.backend import YarnBackend
 from primus_lib.resources.yarn.client import AM_MODULE, submission_context
 from primus_lib.resources.yarn.ipc import decode_command
@@ -114,7 +115,7 @@ def _containers(job) -> list[dict]:
 
 def test_kubernetes_containers_get_the_spec_command_literally(tmp_path):
     job = _job(tmp_path, "kubernetes")
-    intended = [part.replace("{SPEC}", m.SPEC_FILE) for part in HOSTILE_ARGV]
+    intended = [part.replace("{SPEC}", SPEC_FILE) for part in HOSTILE_ARGV]
     containers = _containers(job)
     assert len(containers) == 4
     for container in containers:

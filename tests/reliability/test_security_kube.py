@@ -13,6 +13,13 @@ from kubernetes import client
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.names import (
+    DATABASE_PASSWORD_ENV,
+    JOB_LABEL,
+    WORKLOAD_SERVICE_ACCOUNT,
+    database_secret_name,
+    spec_configmap_name,
+)
 from primus_lib.spec import PrimusJob
 from tests.resources import conftest as resources
 from tests.resources.conftest import apply_crd, wait_for
@@ -33,7 +40,7 @@ def job_with_ledger() -> PrimusJob:
 
 def pod_specs(admin, ns: str, job: PrimusJob) -> dict[str, dict]:
     """name -> pod spec (as the API server returns it, camelCase) of every template and pod of the job."""
-    selector = f"{m.JOB_LABEL}={job.name}"
+    selector = f"{JOB_LABEL}={job.name}"
     out: dict[str, dict] = {}
     for sts in client.AppsV1Api(admin).list_namespaced_stateful_set(ns, label_selector=selector).items:
         out[f"StatefulSet {sts.metadata.name}"] = admin.sanitize_for_serialization(sts.spec.template.spec)
@@ -55,7 +62,7 @@ def security_problems(name: str, spec: dict, needs_token: bool) -> list[str]:
         problems.append(f"{name}: shares a host namespace")
     if any("hostPath" in v for v in spec.get("volumes") or []):
         problems.append(f"{name}: hostPath volume")
-    if spec.get("serviceAccountName") != m.WORKLOAD_SERVICE_ACCOUNT:
+    if spec.get("serviceAccountName") != WORKLOAD_SERVICE_ACCOUNT:
         problems.append(f"{name}: service account {spec.get('serviceAccountName')}")
     if bool(spec.get("automountServiceAccountToken")) != needs_token:
         problems.append(f"{name}: automountServiceAccountToken={spec.get('automountServiceAccountToken')}")
@@ -106,13 +113,13 @@ def test_every_generated_workload_and_pod_is_least_privileged_and_holds_no_secre
             v["valueFrom"]["secretKeyRef"]
             for c in spec["containers"]
             for v in c.get("env") or []
-            if v["name"] == m.DATABASE_PASSWORD_ENV
+            if v["name"] == DATABASE_PASSWORD_ENV
         ]
-        if refs != [{"name": m.database_secret_name(job), "key": "password"}]:
+        if refs != [{"name": database_secret_name(job), "key": "password"}]:
             problems.append(f"{name}: the ledger password is not a secretKeyRef: {refs}")
     assert not problems, "\n".join(problems)
     # The objects that carry the spec hold its database URL with the password as a variable.
-    config = client.CoreV1Api(admin).read_namespaced_config_map(m.spec_configmap_name(job), ns)
+    config = client.CoreV1Api(admin).read_namespaced_config_map(spec_configmap_name(job), ns)
     cr = client.CustomObjectsApi(admin).get_namespaced_custom_object(m.GROUP, m.VERSION, ns, m.PLURAL, job.name)
     for where, text in (("ConfigMap", str(config.data)), ("PrimusJob", str(cr))):
         assert PASSWORD not in text, f"the ledger password in the {where}"
@@ -122,7 +129,7 @@ def test_every_generated_workload_and_pod_is_least_privileged_and_holds_no_secre
 
 def access(admin, ns: str, verb: str, resource: str, namespace: str | None, group: str = "") -> bool:
     """A SubjectAccessReview for the job's ServiceAccount: the API server's own RBAC verdict."""
-    user = f"system:serviceaccount:{ns}:{m.WORKLOAD_SERVICE_ACCOUNT}"
+    user = f"system:serviceaccount:{ns}:{WORKLOAD_SERVICE_ACCOUNT}"
     attrs = {"verb": verb, "resource": resource, "group": group}
     if namespace:
         attrs["namespace"] = namespace
@@ -163,9 +170,9 @@ def test_the_jobs_own_service_account_is_refused_what_it_does_not_need(kube_clus
         ("delete", "namespaces", None, ""),
     ]
     allowed = [r for r in refused if access(admin, ns, *r)]
-    assert not allowed, f"{m.WORKLOAD_SERVICE_ACCOUNT} may {allowed}"
+    assert not allowed, f"{WORKLOAD_SERVICE_ACCOUNT} may {allowed}"
     # the same with its own token: the calls are refused (403), the one it needs answers
-    workload = kube_cluster.client(service_account_token(admin, ns, m.WORKLOAD_SERVICE_ACCOUNT))
+    workload = kube_cluster.client(service_account_token(admin, ns, WORKLOAD_SERVICE_ACCOUNT))
     core = client.CoreV1Api(workload)
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
     assert denied(lambda: core.list_namespaced_secret(ns))

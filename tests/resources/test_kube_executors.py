@@ -17,6 +17,8 @@ from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
 from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
+from primus_lib.resources.kubernetes.names import FLIGHT_PORT, SPEC_FILE, executor_service_name, labels
+from primus_lib.resources.kubernetes.pods import pod_template
 from tests.fixtures.kube import simulate_restarts
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import apply_crd, running, wait_for
@@ -52,8 +54,8 @@ def test_executor_pod_command_computes_its_index_and_n(tmp_path, job_env):
     job = executor_job()
     sts = m.statefulset(job, "stream_executor", replicas=3)
     container = sts["spec"]["template"]["spec"]["containers"][0]
-    assert sts["spec"]["serviceName"] == m.executor_service_name(job) == "ctr-demo-stream-executor"
-    assert container["ports"] == [{"name": "flight", "containerPort": m.FLIGHT_PORT}]
+    assert sts["spec"]["serviceName"] == executor_service_name(job) == "ctr-demo-stream-executor"
+    assert container["ports"] == [{"name": "flight", "containerPort": FLIGHT_PORT}]
     assert container["readinessProbe"]["tcpSocket"] == {"port": "flight"}
     env = {e["name"]: e for e in container["env"]}
     assert env["PRIMUS_REPLICAS"]["value"] == "3"
@@ -71,7 +73,7 @@ def test_executor_pod_command_computes_its_index_and_n(tmp_path, job_env):
     out = subprocess.run(container["command"], env=pod_env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [
         "executor",
-        m.SPEC_FILE,
+        SPEC_FILE,
         "--index",
         "12",
         "--replicas",
@@ -79,15 +81,15 @@ def test_executor_pod_command_computes_its_index_and_n(tmp_path, job_env):
         "--host",
         "0.0.0.0",
         "--port",
-        str(m.FLIGHT_PORT),
+        str(FLIGHT_PORT),
         "--advertise",
         "10.1.2.3",
     ]
     service = m.executor_service(job)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is False
-    assert service["spec"]["selector"] == m.labels(job, "stream_executor")
+    assert service["spec"]["selector"] == labels(job, "stream_executor")
     # only the trainer gets a token (to read the Endpoints); executors and others get none
-    assert m.pod_template(job, "trainer", "Never", cmd=[])["spec"]["automountServiceAccountToken"] is True
+    assert pod_template(job, "trainer", "Never", cmd=[])["spec"]["automountServiceAccountToken"] is True
     assert sts["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
@@ -99,8 +101,8 @@ def test_discovery_lists_ready_executors_and_follows_scale(kube_cluster, job_env
     backend = KubernetesBackend(job, cluster=Cluster(admin, ns, "a"))
     core, apps = client.CoreV1Api(admin), client.AppsV1Api(admin)
     backend.submit()
-    svc = core.read_namespaced_service(m.executor_service_name(job), ns)
-    assert svc.spec.cluster_ip == "None" and [(p.name, p.port) for p in svc.spec.ports] == [("flight", m.FLIGHT_PORT)]
+    svc = core.read_namespaced_service(executor_service_name(job), ns)
+    assert svc.spec.cluster_ip == "None" and [(p.name, p.port) for p in svc.spec.ports] == [("flight", FLIGHT_PORT)]
     sts = apps.read_namespaced_stateful_set("ctr-demo-stream-executor", ns)
     assert sts.spec.service_name == svc.metadata.name
     assert sts.spec.template.spec.containers[0].command[:2] == ["/bin/sh", "-c"]
@@ -118,9 +120,7 @@ def test_discovery_lists_ready_executors_and_follows_scale(kube_cluster, job_env
             pods = {p.metadata.name: p for p in running(admin, ns, executors) if p.metadata.deletion_timestamp is None}
             if len(pods) != n or any(env_of(p.spec.containers[0])["PRIMUS_REPLICAS"] != str(n) for p in pods.values()):
                 return None  # still rolling
-            want = {
-                int(name.rsplit("-", 1)[1]): f"grpc://{p.status.pod_ip}:{m.FLIGHT_PORT}" for name, p in pods.items()
-            }
+            want = {int(name.rsplit("-", 1)[1]): f"grpc://{p.status.pod_ip}:{FLIGHT_PORT}" for name, p in pods.items()}
             return want if discovery.locations() == want else None
 
         return wait_for(f"{n} executors (N={n}) in the Endpoints", check, timeout=90, interval=0.3)

@@ -13,10 +13,18 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
 from primus_lib.resources.kubernetes.discovery import KubernetesDiscovery
+from primus_lib.resources.kubernetes.names import (
+    FLIGHT_PORT,
+    FLIGHT_SECRET_MOUNT,
+    FLIGHT_TOKEN_FILE,
+    FLIGHT_TOKEN_KEY,
+    executor_service_name,
+    flight_secret_name,
+)
+from primus_lib.resources.kubernetes.pods import pod_template
 from tests.resources.conftest import apply_crd, wait_for
 from tests.resources.test_kube_executors import executor_job
 from tests.resources.test_kubernetes import selector, started
@@ -34,15 +42,15 @@ def flight_mounts(spec) -> list[tuple[str, str]]:
 
 def test_the_token_is_mounted_where_the_pods_discovery_reads_it(job_env):
     job = executor_job()
-    assert KubernetesDiscovery.for_job(job, "realtime").token.where == Path(m.FLIGHT_TOKEN_FILE)
+    assert KubernetesDiscovery.for_job(job, "realtime").token.where == Path(FLIGHT_TOKEN_FILE)
     assert KubernetesDiscovery.for_job(job, "realtime").token.create is False  # a pod never makes one
     for role in ("stream_executor", "trainer"):
-        pod = m.pod_template(job, role, "Always", cmd=["x"])["spec"]
+        pod = pod_template(job, role, "Always", cmd=["x"])["spec"]
         volume = next(v for v in pod["volumes"] if v["name"] == "flight-token")
         assert volume["secret"] == {"secretName": "ctr-demo-flight", "defaultMode": 0o440}
         mount = next(v for v in pod["containers"][0]["volumeMounts"] if v["name"] == "flight-token")
-        assert mount == {"name": "flight-token", "mountPath": m.FLIGHT_SECRET_MOUNT, "readOnly": True}
-    others = m.pod_template(job, "data_executor", "Always", cmd=["x"])["spec"]
+        assert mount == {"name": "flight-token", "mountPath": FLIGHT_SECRET_MOUNT, "readOnly": True}
+    others = pod_template(job, "data_executor", "Always", cmd=["x"])["spec"]
     assert [v["name"] for v in others["volumes"]] == ["spec", "tmp"]  # no other role gets the token
 
 
@@ -60,12 +68,12 @@ def test_the_controller_creates_the_token_and_a_network_policy_that_admits_only_
     started(backend)
     core, networking = client.CoreV1Api(admin), client.NetworkingV1Api(admin)
 
-    secret = core.read_namespaced_secret(m.flight_secret_name(job), ns)
-    token = base64.b64decode(secret.data[m.FLIGHT_TOKEN_KEY]).decode()
+    secret = core.read_namespaced_secret(flight_secret_name(job), ns)
+    token = base64.b64decode(secret.data[FLIGHT_TOKEN_KEY]).decode()
     assert len(token) >= 32 and secret.metadata.owner_references[0].kind == "PrimusJob"
-    assert denied(lambda: client.CoreV1Api(controller).read_namespaced_secret(m.flight_secret_name(job), ns))
+    assert denied(lambda: client.CoreV1Api(controller).read_namespaced_secret(flight_secret_name(job), ns))
     backend.reconcile()  # the controller comes back: the Secret (and the pods' token) stays as it was
-    assert core.read_namespaced_secret(m.flight_secret_name(job), ns).data == secret.data
+    assert core.read_namespaced_secret(flight_secret_name(job), ns).data == secret.data
 
     # every executor and trainer pod, as the API server stored them, mounts the job's token
     def pods_of(role: str) -> list:
@@ -75,13 +83,13 @@ def test_the_controller_creates_the_token_and_a_network_policy_that_admits_only_
     trainers = pods_of("trainer")
     assert len(trainers) == 1
     for pod in [*executors, *trainers]:
-        assert flight_mounts(pod.spec) == [(m.flight_secret_name(job), m.FLIGHT_SECRET_MOUNT)], pod.metadata.name
+        assert flight_mounts(pod.spec) == [(flight_secret_name(job), FLIGHT_SECRET_MOUNT)], pod.metadata.name
 
     # the NetworkPolicy as stored: the executor pods, ingress only from the trainer pods on the Flight port
-    policy = networking.read_namespaced_network_policy(m.executor_service_name(job), ns)
+    policy = networking.read_namespaced_network_policy(executor_service_name(job), ns)
     assert policy.spec.policy_types == ["Ingress"] and len(policy.spec.ingress) == 1
     rule = policy.spec.ingress[0]
-    assert [(p.protocol, p.port) for p in rule.ports] == [("TCP", m.FLIGHT_PORT)]
+    assert [(p.protocol, p.port) for p in rule.ports] == [("TCP", FLIGHT_PORT)]
     assert len(rule._from) == 1 and rule._from[0].namespace_selector is None and rule._from[0].ip_block is None
 
     def chosen(labels: dict[str, str]) -> set[str]:  # the pods a selector picks, as the API server matches it

@@ -15,6 +15,7 @@ from primus_lib.resources.base import ResourceError
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import MERGE, KubernetesBackend
 from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.names import RUN_AS, SPEC_FILE, labels
 from tests.fixtures.kube import simulate_exit, simulate_restarts
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import apply_crd, new_namespace, pods, running, wait_for
@@ -49,7 +50,7 @@ def k8s_job(name: str = "ctr-demo", trainer_replicas: int = 1, max_restarts: int
 
 
 def selector(job, role: str) -> str:
-    return ",".join(f"{k}={v}" for k, v in m.labels(job, role).items())
+    return ",".join(f"{k}={v}" for k, v in labels(job, role).items())
 
 
 def started(backend: KubernetesBackend, timeout: float = 60.0):
@@ -111,12 +112,12 @@ def test_submit_runs_the_roles_in_start_order_on_nodes_without_duplicates(backen
     sts = c.apps.read_namespaced_stateful_set("ctr-demo-stream-executor", ns)
     assert sts.spec.replicas == 2
     pod = sts.spec.template.spec
-    assert pod.security_context.run_as_non_root and pod.security_context.run_as_user == m.RUN_AS
+    assert pod.security_context.run_as_non_root and pod.security_context.run_as_user == RUN_AS
     container = pod.containers[0]
     assert container.security_context.allow_privilege_escalation is False
     assert container.security_context.capabilities.drop == ["ALL"]
     assert container.resources.requests == {"cpu": "1", "memory": "2Gi"}
-    assert container.command == ["primus", "stream-executor", m.SPEC_FILE]
+    assert container.command == ["primus", "stream-executor", SPEC_FILE]
     assert pod.automount_service_account_token is False
     assert sts.metadata.owner_references[0].kind == "PrimusJob"
     assert "job.yaml" in c.core.read_namespaced_config_map("ctr-demo-spec", ns).data

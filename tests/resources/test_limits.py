@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from primus_lib.resources import limits
+from primus_lib.resources import cgroup, limits
 from primus_lib.resources.limits import Limits, MemoryCapExceeded, enforced
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import py
@@ -188,20 +188,20 @@ def test_past_the_hard_cap_the_process_is_killed():
 # -- cgroup v2 -------------------------------------------------------------------------------
 def test_cgroup_v2_detection(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_CGROUP", str(fake_cgroup(tmp_path / "a", subtree="")))
-    parent, why = limits.cgroup_parent()
+    parent, why = cgroup.cgroup_parent()
     assert parent == tmp_path / "a" and (tmp_path / "a" / "cgroup.subtree_control").read_text() == "+memory +cpu"
     monkeypatch.setenv("PRIMUS_CGROUP", str(fake_cgroup(tmp_path / "b", controllers="cpu pids")))
-    parent, why = limits.cgroup_parent()
+    parent, why = cgroup.cgroup_parent()
     assert parent is None and "no memory controller" in why
     blocked = fake_cgroup(tmp_path / "c", subtree="")
     (blocked / "cgroup.subtree_control").unlink()
     (blocked / "cgroup.subtree_control").mkdir()  # unreadable as a file: as if not allowed
     monkeypatch.setenv("PRIMUS_CGROUP", str(blocked))
-    assert limits.cgroup_parent()[0] is None
+    assert cgroup.cgroup_parent()[0] is None
     monkeypatch.setenv("PRIMUS_CGROUP", "off")
-    assert limits.cgroup_parent() == (None, "disabled by PRIMUS_CGROUP=off")
+    assert cgroup.cgroup_parent() == (None, "disabled by PRIMUS_CGROUP=off")
     monkeypatch.delenv("PRIMUS_CGROUP")
-    parent, why = limits.cgroup_parent()  # this machine, whatever it has (docs/scaling.md says what ran here)
+    parent, why = cgroup.cgroup_parent()  # this machine, whatever it has (docs/scaling.md says what ran here)
     assert why
 
 
@@ -220,11 +220,11 @@ def test_a_task_in_its_own_cgroup(tmp_path, monkeypatch):
 
 def test_oom_kills_are_read_from_memory_events(tmp_path):
     own = fake_cgroup(tmp_path / "own")
-    group = limits.Cgroup.make(own, "w", cpu=1, memory_max=MIB)
+    group = cgroup.Cgroup.make(own, "w", cpu=1, memory_max=MIB)
     assert group.oom_kills() == group.ooms_before == 0
     (group.path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     assert group.oom_kills() == 1
-    assert limits.Cgroup.make(own, "w", cpu=1, memory_max=MIB).ooms_before == 1  # reused: counts from here
+    assert cgroup.Cgroup.make(own, "w", cpu=1, memory_max=MIB).ooms_before == 1  # reused: counts from here
 
 
 # -- the local backend: a resized worker gets the new limits ----------------------------------------

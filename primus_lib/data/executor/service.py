@@ -4,28 +4,8 @@ Executor ``index`` of ``replicas`` owns every ``replicas``-th partition of the s
 sources (``topic/partition`` keys in sorted order). One runner thread per source polls and
 decodes into a bounded ``SampleBuffer``; while the buffer is full the runner stops polling, so
 the consumer lag grows instead of memory (back-pressure). The Flight server (``flight.py``,
-tagged) hands out rows with their partition and offset, and answers actions:
-
-- ``commit {"position": {key: offset}}``: commit those offsets of this executor's partitions to
-  the consumer group. Called by the trainer once its checkpoint covers the rows; the executor
-  never commits on its own.
-- ``seek {"position": {...}}``: drop the buffer and read again from ``position``; partitions it
-  does not name restart from the group's committed offsets (else the startup offsets). A trainer
-  calls it when it attaches, so rows handed to a trainer that died before its checkpoint are
-  served again. Kafka is not read before the first seek: whatever was read earlier would be
-  dropped by it.
-- ``assign {"partitions": [...], "position": {...}}``: serve exactly these partitions from now on.
-  The trainer's reader decides from the live membership (``flight_client.py``): executor ``k`` of
-  the ``n`` it sees gets every ``n``-th partition, so a scale from 2 to 3 executors or a dead
-  executor moves partitions. A partition it loses stops being read and its waiting rows are
-  dropped; one it gains is read from ``position`` (the reader's marks: just past what it was
-  given), else the group's committed offsets. Serving a partition from two executors for a
-  moment is harmless: the reader accepts each offset once, and each serves it contiguously
-  from a start at or below the mark.
-- ``ack {"position": {...}}``: the reader holds every row below these offsets. A ``DoGet`` hands rows
-  out under a lease (``leases.py``): unacknowledged within ``lease`` seconds, they are served again.
-- ``stats`` (buffer fill, partitions, fetched position, committed), ``lag`` (consumer lag),
-  ``partitions`` (every partition of the stream it knows, in dealing order).
+tagged) hands out rows with their partition and offset, and answers the actions a trainer's
+reader steers it with (``actions.py``: seek, assign, ack, commit, stats, lag, partitions).
 
 Every call needs the job's token (``primus_lib.data.flight_auth``; ``credential``, else the one
 ``discovery`` names): a caller without it, or with another job's, is refused before the method runs.
@@ -55,6 +35,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from primus_lib.data.buffer import BufferClosed, past
+from primus_lib.data.executor.actions import ExecutorActions
 from primus_lib.data.executor.lanes import Lanes
 from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
 from primus_lib.data.executor.partitions import first_offset, in_order, owned, stream_partitions
@@ -82,7 +63,7 @@ class _Runner:
     errors: int = 0
 
 
-class ExecutorService:
+class ExecutorService(ExecutorActions):
     def __init__(
         self,
         job: PrimusJob,
@@ -263,106 +244,6 @@ class ExecutorService:
             return self.buffer.put(piece[0], piece[1:], timeout=0.05)
         return self.lanes.put(lane, piece, 0.05)
 
-    def _seek(self, body: dict) -> dict:
-        """Rewind to ``position`` (rebalance: lane ``lane`` of ``lanes`` wants it; the others keep
-        what they still need)."""
-        position, lane, lanes = _position_of(body), int(body.get("lane", 0)), int(body.get("lanes", 1))
-        with self._admin:
-            for runner in self.runners:
-                runner.lock.acquire()
-            try:
-                self.generation += 1
-                dropped = self.buffer.clear()
-                if self.lanes is not None:
-                    if lanes != self.lanes.count:
-                        self.lanes.reset(lanes)
-                    dropped += self.lanes.clear()
-                for runner in self.runners:
-                    base = self._committed(runner.reader)
-                    target = {k: position.get(k, base.get(k, off)) for k, off in runner.start.items()}
-                    if self.lanes is not None:
-                        target = self.lanes.rewind_to(
-                            lane, position, {k: base.get(k, off) for k, off in runner.start.items()}
-                        )
-                    runner.reader.seek(target)
-                    runner.delivered.clear()
-            finally:
-                for runner in self.runners:
-                    runner.lock.release()
-            self._attached.set()
-            return {
-                "position": self._position(),
-                "dropped": dropped,
-                "partitions": self.keys,
-                "all": self.all_keys,
-                "mode": self.mode,
-            }
-
-    def _assign(self, body: dict) -> dict:
-        """Serve exactly ``partitions``: stop the runners of partitions no longer wanted (their
-        waiting rows are dropped; kept partitions reopen where they were), open the new ones at
-        ``position`` (the reader's marks) or the committed offsets."""
-        wanted = {str(k) for k in body.get("partitions") or []}
-        if wanted - set(self.all_keys):  # added to a topic since this executor last looked
-            self._learn(stream_partitions(self.job, self.stream_name))
-        unknown = sorted(wanted - set(self.all_keys))
-        if unknown:
-            raise ValueError(f"assign: {unknown} are not partitions of stream {self.stream_name!r}")
-        with self._admin:
-            if wanted == set(self.keys):
-                return {"partitions": self.keys, "dropped": 0}
-            going = [r for r in self.runners if set(r.start) - wanted]
-            kept: dict[str, int] = {}
-            for runner in going:
-                runner.stopped.set()
-                if runner.thread is not None:
-                    runner.thread.join(5)
-                with runner.lock:  # a batch polled but not put is gone: kept partitions resume past the buffer
-                    kept.update({k: v for k, v in runner.delivered.items() if k in wanted})
-                    runner.reader.close()
-                self.runners.remove(runner)
-            gone = {k for r in going for k in r.start} - wanted
-            dropped = (self.buffer.drop(gone) + (self.lanes.drop(gone) if self.lanes else 0)) if gone else 0
-            served = set(self.keys)
-            pairs = [pair for pair in self.all_partitions if self._key(pair) in wanted - served]
-            runners = self._open(pairs, _position_of(body), kept, {str(k) for k in body.get("new") or []})
-            self.runners += runners
-            for runner in runners:
-                self._spawn(runner)
-            log.info(
-                "stream executor %s/%d: serves %s (dropped %d rows of %s)",
-                self.stream_name,
-                self.index,
-                self.keys,
-                dropped,
-                sorted(gone),
-            )
-            return {"partitions": self.keys, "dropped": dropped}
-
-    def _ack(self, body: dict) -> dict:
-        """The reader holds every row below ``position`` (rebalance: of lane ``lane``): their leases end."""
-        position = _position_of(body)
-        if self.lanes is not None:
-            return {"released": self.lanes.ack(int(body.get("lane", 0)), position)}
-        return {"released": self.buffer.ack(position)}
-
-    def _commit(self, body: dict) -> dict:
-        """Commit ``position`` (rebalance: rank ``lane``'s; Kafka gets the lowest over the ranks); acks it."""
-        self._ack(body)
-        position = _position_of(body)
-        if self.lanes is not None:
-            position = self.lanes.committable(int(body.get("lane", 0)), position)
-        done: dict[str, int] = {}
-        with self._admin:
-            for runner in self.runners:
-                theirs = {k: v for k, v in position.items() if k in runner.start}
-                if theirs:
-                    with runner.lock:
-                        runner.reader.commit(theirs)
-                    done.update(theirs)
-        self.committed.update(done)
-        return {"committed": done}
-
     @property
     def filled(self) -> int:
         return len(self.buffer) + (len(self.lanes) if self.lanes is not None else 0)
@@ -370,33 +251,6 @@ class ExecutorService:
     @property
     def rows_in(self) -> int:
         return self.buffer.rows_in + (self.lanes.rows_in if self.lanes is not None else 0)
-
-    def _position(self) -> dict[str, int]:
-        return {k: v for r in self.runners for k, v in r.reader.position().items()}
-
-    def _stats(self, body: dict) -> dict:
-        return {
-            "index": self.index,
-            "replicas": self.replicas,
-            "mode": self.mode,
-            "partitions": self.keys,
-            "position": self._position(),
-            "committed": dict(self.committed),
-            "rows": self.filled,
-            "rows_in": self.rows_in,
-            "capacity": self.buffer.capacity,
-            "errors": sum(r.errors for r in self.runners),
-            "leased": self.buffer.leased() + (self.lanes.leased() if self.lanes is not None else 0),
-            "refused": self.server.auth.refused if self.server.auth is not None else 0,
-        }
-
-    def _lag(self, body: dict) -> dict:
-        out: dict[str, int] = {}
-        with self._admin:
-            for runner in self.runners:
-                with runner.lock:
-                    out.update(runner.reader.lag())
-        return {"lag": out}
 
     def report(self, every: float = 5.0) -> threading.Thread:
         """Write this executor's metrics for the scaler (``service_metrics.py``)."""
@@ -426,7 +280,3 @@ class ExecutorService:
                 runner.reader.close()
             except Exception:
                 log.exception("closing a Kafka reader")
-
-
-def _position_of(body: dict) -> dict[str, int]:
-    return {str(k): int(v) for k, v in (body.get("position") or {}).items()}

@@ -25,6 +25,20 @@ from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.cluster import Cluster, api_client_for
+from primus_lib.resources.kubernetes.names import (
+    EXECUTOR_ROLE,
+    INDEXED_JOB_MIN,
+    PYTORCHJOB,
+    executor_service_name,
+    labels,
+    spec_configmap_name,
+    trainer_service_name,
+    workload_name,
+)
+from primus_lib.resources.kubernetes.pods import command as container_command
+from primus_lib.resources.kubernetes.pods import has_executors
+from primus_lib.resources.kubernetes.pods import resources as container_resources
+from primus_lib.resources.kubernetes.role_status import read_role_status
 from primus_lib.resources.kubernetes.trainer import recreate_trainer
 from primus_lib.spec.job import PrimusJob
 
@@ -38,18 +52,6 @@ def _not_found(exc: Exception) -> bool:
 
 def _conflict(exc: Exception) -> bool:
     return getattr(exc, "status", None) == 409
-
-
-def _condition(pod, kind: str) -> str | None:
-    return next((c.status for c in pod.status.conditions or [] if c.type == kind), None)
-
-
-def _unschedulable(pod) -> str:
-    """The scheduler's reason when it found no node for the pod ("0/2 nodes are available: ..."), else ""."""
-    for c in pod.status.conditions or []:
-        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-            return c.message or "Unschedulable"
-    return ""
 
 
 class KubernetesBackend(ResourceBackend):
@@ -78,7 +80,7 @@ class KubernetesBackend(ResourceBackend):
         return [r for r in names if self.only is None or r in self.only]
 
     def runnable(self, role: str) -> bool:
-        return m.command(self.job, role) is not None
+        return container_command(self.job, role) is not None
 
     def trainer_kind(self) -> str:
         return "pytorchjob" if self.cluster.has_pytorchjob else "job"
@@ -157,11 +159,11 @@ class KubernetesBackend(ResourceBackend):
         self._create(self.cluster.core.create_namespaced_config_map, m.spec_configmap(self.job, uid))
         if "trainer" in self.roles():
             self._create(self.cluster.core.create_namespaced_service, m.trainer_service(self.job, uid))
-        if m.EXECUTOR_ROLE in self.roles() and self.runnable(m.EXECUTOR_ROLE):  # the trainer finds them here
+        if EXECUTOR_ROLE in self.roles() and self.runnable(EXECUTOR_ROLE):  # the trainer finds them here
             self._create(self.cluster.core.create_namespaced_service, m.executor_service(self.job, uid))
             policy = m.executor_network_policy(self.job, uid)
             self._create(self.cluster.networking.create_namespaced_network_policy, policy)
-        if m.has_executors(self.job) and {m.EXECUTOR_ROLE, "trainer"} & set(self.roles()):  # 409: token kept
+        if has_executors(self.job) and {EXECUTOR_ROLE, "trainer"} & set(self.roles()):  # 409: token kept
             token = m.flight_secret(self.job, secrets.token_urlsafe(32), uid)
             self._create(self.cluster.core.create_namespaced_secret, token)
         return uid
@@ -175,7 +177,7 @@ class KubernetesBackend(ResourceBackend):
         if n > 1 and not self.cluster.indexed_jobs:
             raise ResourceError(
                 f"job {self.job.name!r}: {n} trainer nodes need Indexed Jobs (Kubernetes >= "
-                f"{'.'.join(map(str, m.INDEXED_JOB_MIN))}, this server is {'.'.join(map(str, self.cluster.version))}) "
+                f"{'.'.join(map(str, INDEXED_JOB_MIN))}, this server is {'.'.join(map(str, self.cluster.version))}) "
                 "or the Kubeflow PyTorchJob CRD"
             )
         return m.trainer_job(self.job, self.cluster.indexed_jobs, uid, n, cpu, memory)
@@ -190,7 +192,7 @@ class KubernetesBackend(ResourceBackend):
         elif body["kind"] == "Job":
             self._create(self.cluster.batch.create_namespaced_job, body)
         else:
-            group, version, plural = m.PYTORCHJOB
+            group, version, plural = PYTORCHJOB
             self._create(
                 lambda ns, b: self.cluster.custom.create_namespaced_custom_object(group, version, ns, plural, b), body
             )
@@ -199,12 +201,12 @@ class KubernetesBackend(ResourceBackend):
     def read_workload(self, role: str) -> dict | None:
         from kubernetes.client.rest import ApiException
 
-        name = m.workload_name(self.job, role)
+        name = workload_name(self.job, role)
         try:
             if role != role_rules.TRAINER_ROLE:
                 obj = self.cluster.apps.read_namespaced_stateful_set(name, self.ns)
             elif self.trainer_kind() == "pytorchjob":
-                group, version, plural = m.PYTORCHJOB
+                group, version, plural = PYTORCHJOB
                 return self.cluster.custom.get_namespaced_custom_object(group, version, self.ns, plural, name)
             else:
                 obj = self.cluster.batch.read_namespaced_job(name, self.ns)
@@ -216,57 +218,11 @@ class KubernetesBackend(ResourceBackend):
 
     def pods(self, role: str) -> list:
         """The role's pods (any revision), as the controllers created them."""
-        selector = ",".join(f"{k}={v}" for k, v in m.labels(self.job, role).items())
+        selector = ",".join(f"{k}={v}" for k, v in labels(self.job, role).items())
         return self.cluster.core.list_namespaced_pod(self.ns, label_selector=selector).items
 
     def role_status(self, role: str) -> RoleStatus:
-        spec = self.job.spec.resources.roles[role]
-        status = RoleStatus(role, desired=spec.replicas, cpu=spec.cpu, memory=spec.memory, cluster=self.cluster.name)
-        if not self.runnable(role):
-            status.note = "not run by the backend: no command and no runnable default (Airflow mapped tasks)"
-            return status
-        obj = self.read_workload(role)
-        if obj is None:
-            return status
-        status.started = True
-        kind, body, st = obj["kind"], obj["spec"], obj.get("status") or {}
-        if kind == "StatefulSet":
-            status.desired = body["replicas"]
-            container = body["template"]["spec"]["containers"][0]
-        elif kind == "Job":
-            status.desired, status.succeeded = body["parallelism"], st.get("succeeded", 0)
-            container = body["template"]["spec"]["containers"][0]
-        else:  # PyTorchJob
-            specs = body["pytorchReplicaSpecs"]
-            status.desired = sum(s["replicas"] for s in specs.values())
-            container = specs["Master"]["template"]["spec"]["containers"][0]
-        from primus_lib.spec.units import parse_quantity
-
-        requests = container.get("resources", {}).get("requests", {})
-        status.cpu = parse_quantity(requests.get("cpu", spec.cpu))
-        status.memory = parse_quantity(requests.get("memory", spec.memory))
-        pods = [p for p in self.pods(role) if p.metadata.deletion_timestamp is None]
-        # running = pods a node runs and reports Ready (kubelet; kwok in the tests)
-        status.running = sum(1 for p in pods if p.status.phase == "Running" and _condition(p, "Ready") == "True")
-        status.restarts = max(
-            [sum(cs.restart_count for cs in (p.status.container_statuses or [])) for p in pods] or [0]
-        )
-        if kind == "Job":  # each failed pod was replaced by the Job controller (until backoffLimit: Failed below)
-            status.restarts = max(status.restarts, st.get("failed", 0))
-        unschedulable = [p for p in pods if p.status.phase == "Pending" and _unschedulable(p)]
-        if unschedulable:
-            reason = _unschedulable(unschedulable[0])
-            status.note = f"{len(unschedulable)} pod(s) Pending, unschedulable: {reason}"
-        if kind == "StatefulSet" and status.restarts > spec.max_restarts:
-            status.failed = 1
-            status.note = f"a pod restarted {status.restarts} times (> max_restarts {spec.max_restarts})"
-        conditions = {c["type"]: c["status"] for c in st.get("conditions") or []}
-        if conditions.get("Failed") == "True":
-            status.failed = max(status.failed, 1)
-            status.note = "the trainer job failed (backoffLimit reached)"
-        if conditions.get("Complete") == "True" or conditions.get("Succeeded") == "True":
-            status.succeeded = max(status.succeeded, status.desired)
-        return status
+        return read_role_status(self, role)
 
     def role_ready(self, status: RoleStatus) -> bool:
         if not self.runnable(status.name):
@@ -328,11 +284,11 @@ class KubernetesBackend(ResourceBackend):
 
     def scale(self, role: str, replicas: int) -> None:
         n = self.check_replicas(role, replicas)
-        name = m.workload_name(self.job, role)
+        name = workload_name(self.job, role)
         obj = self.read_workload(role)
         if obj is None:
             raise ResourceError(f"job {self.job.name!r}: role {role!r} has no workload to scale (not started)")
-        if obj["kind"] == "StatefulSet" and role == m.EXECUTOR_ROLE:  # N changes too: the pods roll
+        if obj["kind"] == "StatefulSet" and role == EXECUTOR_ROLE:  # N changes too: the pods roll
             self.cluster.apps.patch_namespaced_stateful_set(name, self.ns, m.replicas_patch(obj, n), **JSON_PATCH)
         elif obj["kind"] == "StatefulSet":
             self.cluster.apps.patch_namespaced_stateful_set_scale(name, self.ns, {"spec": {"replicas": n}}, **MERGE)
@@ -342,7 +298,7 @@ class KubernetesBackend(ResourceBackend):
             else:
                 recreate_trainer(self, obj, replicas=n)
         else:
-            group, version, plural = m.PYTORCHJOB
+            group, version, plural = PYTORCHJOB
             body = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": max(0, n - 1)}}}}
             self.cluster.custom.patch_namespaced_custom_object(group, version, self.ns, plural, name, body, **MERGE)
         self.patch_cr_role(role, {"replicas": n})
@@ -355,15 +311,15 @@ class KubernetesBackend(ResourceBackend):
         current = self.role_status(role)
         cpu = current.cpu if cpu is None else cpu
         memory = current.memory if memory is None else memory
-        resources = m.resources(spec, cpu, memory)
-        name = m.workload_name(self.job, role)
+        resources = container_resources(spec, cpu, memory)
+        name = workload_name(self.job, role)
         if obj["kind"] == "StatefulSet":  # a template change = a rolling update of the pods
             patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/resources", "value": resources}]
             self.cluster.apps.patch_namespaced_stateful_set(name, self.ns, patch, **JSON_PATCH)
         elif obj["kind"] == "Job":
             recreate_trainer(self, obj, cpu=cpu, memory=memory)
         else:
-            group, version, plural = m.PYTORCHJOB
+            group, version, plural = PYTORCHJOB
             patch = [
                 {
                     "op": "replace",
@@ -383,12 +339,12 @@ class KubernetesBackend(ResourceBackend):
         for role in self.roles():
             if keep_trainer and role == role_rules.TRAINER_ROLE:
                 continue
-            name = m.workload_name(self.job, role)
+            name = workload_name(self.job, role)
             try:
                 if role != role_rules.TRAINER_ROLE:
                     self.cluster.apps.delete_namespaced_stateful_set(name, self.ns)
                 elif self.trainer_kind() == "pytorchjob":
-                    group, version, plural = m.PYTORCHJOB
+                    group, version, plural = PYTORCHJOB
                     self.cluster.custom.delete_namespaced_custom_object(group, version, self.ns, plural, name)
                 else:
                     self.cluster.batch.delete_namespaced_job(name, self.ns, propagation_policy="Background")
@@ -401,10 +357,10 @@ class KubernetesBackend(ResourceBackend):
 
         self._delete_workloads()
         for delete, name in (
-            (self.cluster.core.delete_namespaced_service, m.trainer_service_name(self.job)),
-            (self.cluster.core.delete_namespaced_service, m.executor_service_name(self.job)),
-            (self.cluster.networking.delete_namespaced_network_policy, m.executor_service_name(self.job)),
-            (self.cluster.core.delete_namespaced_config_map, m.spec_configmap_name(self.job)),
+            (self.cluster.core.delete_namespaced_service, trainer_service_name(self.job)),
+            (self.cluster.core.delete_namespaced_service, executor_service_name(self.job)),
+            (self.cluster.networking.delete_namespaced_network_policy, executor_service_name(self.job)),
+            (self.cluster.core.delete_namespaced_config_map, spec_configmap_name(self.job)),
         ):
             try:
                 delete(name, self.ns)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.names import JOB_LABEL, PYTORCHJOB, ROLE_LABEL
 from primus_lib.spec.units import parse_quantity
 
 ENDED = ("Succeeded", "Failed")
@@ -134,7 +134,7 @@ def _own_unbound(cluster: Cluster, bound: dict[tuple[str, str], int]) -> list[tu
             (job.metadata.labels or {}, max(0, min(job.spec.parallelism or 0, left)), ser(job.spec.template.spec))
         )
     if cluster.has_pytorchjob:
-        group, version, plural = m.PYTORCHJOB
+        group, version, plural = PYTORCHJOB
         jobs = cluster.custom.list_namespaced_custom_object(
             group, version, cluster.namespace, plural, label_selector=selector
         )
@@ -144,7 +144,7 @@ def _own_unbound(cluster: Cluster, bound: dict[tuple[str, str], int]) -> list[tu
                 wanted.append((labels, replica.get("replicas", 0), replica["template"]["spec"]))
     out = []
     for labels, replicas, spec in wanted:
-        key = (labels.get(m.JOB_LABEL, ""), labels.get(m.ROLE_LABEL, ""))
+        key = (labels.get(JOB_LABEL, ""), labels.get(ROLE_LABEL, ""))
         have = bound.get(key, 0)
         bound[key] = max(0, have - replicas)  # two PyTorchJob replica types share one role label
         out += [pod_requests(spec)] * max(0, replicas - have)
@@ -189,8 +189,8 @@ def capacity(cluster: Cluster) -> Capacity:
         if node in rooms:
             rooms[node] = rooms[node].take(*pod_requests(ser(pod.spec)))
         labels = pod.metadata.labels or {}
-        if pod.metadata.namespace == cluster.namespace and m.JOB_LABEL in labels:
-            key = (labels[m.JOB_LABEL], labels.get(m.ROLE_LABEL, ""))
+        if pod.metadata.namespace == cluster.namespace and JOB_LABEL in labels:
+            key = (labels[JOB_LABEL], labels.get(ROLE_LABEL, ""))
             bound[key] = bound.get(key, 0) + 1
     unplaced = 0
     for cpu, memory in _own_unbound(cluster, bound):

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from primus_lib.resources.kubernetes.manifests import INDEXED_JOB_MIN, PYTORCHJOB
+from primus_lib.resources.kubernetes.names import INDEXED_JOB_MIN, PYTORCHJOB
 
 
 def api_client_for(kubeconfig: str | None = None, context: str | None = None):

@@ -1,5 +1,5 @@
 """Stream executor discovery on Kubernetes: the ready addresses of the executors' headless Service;
-their credential is the job's Secret mounted into the pod (``manifests.FLIGHT_TOKEN_FILE``)."""
+their credential is the job's Secret mounted into the pod (``names.FLIGHT_TOKEN_FILE``)."""
 
 from __future__ import annotations
 
@@ -24,20 +24,20 @@ class KubernetesDiscovery(ExecutorDiscovery):
     def __init__(self, service: str, namespace: str, api_client=None, port_name: str = "flight"):
         self.service, self.namespace, self.port_name = service, namespace, port_name
         self._api_client = api_client  # made on first use: an executor pod (no token) never needs one
-        from primus_lib.resources.kubernetes.manifests import FLIGHT_TOKEN_FILE
+        from primus_lib.resources.kubernetes.names import FLIGHT_TOKEN_FILE
 
         self.token = TokenFile(Path(FLIGHT_TOKEN_FILE), create=False)  # the Secret, mounted by the pod template
 
     @classmethod
     def for_job(cls, job: PrimusJob, stream: str) -> KubernetesDiscovery:
         """The job's executors serve every stream on one port: ``stream`` does not change the Service."""
-        from primus_lib.resources.kubernetes import manifests
+        from primus_lib.resources.kubernetes.names import FLIGHT_PORT_NAME, executor_service_name
 
         namespace = settings().kube_namespace or ""
         if not namespace and os.path.exists(SA_NAMESPACE_FILE):  # in a pod: its own namespace
             namespace = Path(SA_NAMESPACE_FILE).read_text().strip()
         namespace = namespace or job.metadata.namespace or job.spec.resources.namespace
-        return cls(manifests.executor_service_name(job), namespace, port_name=manifests.FLIGHT_PORT_NAME)
+        return cls(executor_service_name(job), namespace, port_name=FLIGHT_PORT_NAME)
 
     def _core(self):
         from kubernetes import client

@@ -2,7 +2,8 @@
 
 Each iteration: bring read rows into the buffers (``inputs.py``), let the coordinator decide
 what every rank does (``coordinator.py``: which buffer's minibatch, checkpoint, stop), run
-the step (Algorithm 1, ``steps.py``), account it per window (``windows.py``).
+the step (Algorithm 1, ``steps.py``), account it per window (``windows.py``), checkpoint
+(``checkpointing.py``).
 
 Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
 not yet trained; resuming restores all of them. Stream offsets are committed to the source
@@ -13,7 +14,6 @@ offsets and progress.json wait for the write, a world of ranks saves synchronous
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +33,7 @@ from primus_lib.train.model.batch import Prepared, to_batch
 from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
 from primus_lib.train.model.objective import StepConfig
 from primus_lib.train.model.stepper import Stepper, make_stepper
+from primus_lib.train.runtime.checkpointing import Checkpointing
 from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
 from primus_lib.train.runtime.feeds import open_stream_readers
 from primus_lib.train.runtime.feeds import stream_readers as choose_stream_readers
@@ -45,7 +46,7 @@ from primus_lib.train.runtime.windows import WindowAccounting
 log = logging.getLogger("primus.trainer")
 
 
-class Trainer:
+class Trainer(Checkpointing):
     """One trainer process: its inputs, its model, the coordinator of its world, the loop."""
 
     def __init__(
@@ -246,82 +247,6 @@ class Trainer:
             and not any(b.rows for b in self.reader.buffers.values())
         )
 
-    # -- checkpoints --------------------------------------------------------------------
-    def restore(self) -> None:
-        resumed = self.coordinator.restore()
-        if resumed is None:
-            self.sample_log.started(0)
-            return
-        self.stepper.load_state_dict(resumed.state)
-        self.step = resumed.step
-        self.inputs.seek(resumed.position, resumed.pending)
-        self.windows.load(resumed.position, resumed.merged)
-        self.last_checkpoint_step = self.step
-        self.sample_log.started(self.step)
-        log.info("rank %d resumed from %s at step %d", self.rank, resumed.path, self.step)
-
-    def checkpoint(self, wait: bool = True) -> None:
-        """Checkpoint the model with the feeds' position. ``wait=False`` (the loop, one process):
-        the state is copied here and written by the writer thread while training goes on; stream
-        offsets are committed and progress published only once it is durable (``settle``)."""
-        if self.step == self.last_checkpoint_step:
-            self.settle(block=wait)
-            return
-        self.settle(block=True)  # at most one in flight: published in order
-        with self.inputs.lock:  # the feeds' cursors and every row they produced, together
-            self._transfer()
-            horizons = {name: self.inputs.stream_horizon(name) for name in self.stream_feeds}
-            self.windows.close_stream_windows(horizons)
-            position = {"mode": self.mode, **self.inputs.position(), **self.windows.state()}
-            if self.size > 1:
-                position["unmerged"] = dict(self.windows.unmerged)
-            snapshot = Snapshot(self.step, position, self.inputs.pending(), horizons)
-        self.last_checkpoint_step = self.step
-        self.last_checkpoint_at = time.monotonic()
-        self.windows.done_since_checkpoint = False
-        if wait or type(self.coordinator) is not SingleProcess:  # a world's save is a collective
-            self.coordinator.save(snapshot, self.stepper)
-            self._publish(snapshot, self.windows.consumed)
-            self._durable()
-            return
-        # the live dicts and tensors move on with training: the writer gets copies (Arrow is immutable)
-        snapshot.position = copy.deepcopy(position)
-        state = _State(copy.deepcopy(self.stepper.state_dict()))
-        if self.writer is None:
-            self.writer = ThreadPoolExecutor(1, thread_name_prefix="primus-checkpoint")
-        self.in_flight = (self.writer.submit(self._write, snapshot, state), snapshot)
-
-    def _write(self, snapshot: Snapshot, state: _State) -> None:
-        """The writer thread: the checkpoint, then what waits for it to be durable (broker commits and
-        file writes that would otherwise stall training)."""
-        self.coordinator.save(snapshot, state)
-        self._publish(snapshot, snapshot.position["consumed"])
-
-    def settle(self, block: bool) -> None:
-        """Take note of the checkpoint in flight once it is durable and published (now, when ``block``)."""
-        if self.in_flight is None or not (block or self.in_flight[0].done()):
-            return
-        future, _ = self.in_flight
-        self.in_flight = None
-        future.result()  # a failed write fails the trainer, as a synchronous one does
-        self._durable()
-
-    def _publish(self, snapshot: Snapshot, consumed: dict[str, dict]) -> None:
-        """The checkpoint of ``snapshot`` is durable: commit its offsets, then progress.json."""
-        self.inputs.commit(snapshot.position["stream"])  # only now is the position durable
-        self.coordinator.publish(snapshot, consumed)
-        self.sample_log.checkpoint(snapshot.step)
-
-    def _durable(self) -> None:
-        """After a publish, on the training thread: windows merged over ranks, the metrics snapshot."""
-        self.windows.merged(self.coordinator.merged_keys)
-        self.publish_metrics()
-
-    def publish_metrics(self) -> None:
-        """Snapshot the input metrics now (checkpoints, the end of a run)."""
-        if self.input_metrics is not None:
-            self.input_metrics.publish()
-
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> str:
         self.windows.done_since_checkpoint = False
@@ -396,16 +321,6 @@ class Trainer:
             if not arrived:
                 pause = options.poll_interval if self.prefetch is None else min(options.poll_interval, 0.01)
                 time.sleep(max(0.001, pause))
-
-
-class _State:
-    """A stepper's state copied at a checkpoint (what ``Coordinator.save`` asks a stepper for)."""
-
-    def __init__(self, state: dict):
-        self.state = state
-
-    def state_dict(self) -> dict:
-        return self.state
 
 
 def _first_key(job: PrimusJob) -> str | None:
