@@ -2,7 +2,7 @@
 
 Each iteration: bring read rows into the buffers (``inputs.py``), let the coordinator decide
 what every rank does (``coordinator.py``: which buffer's minibatch, checkpoint, stop), run
-the step (Algorithm 1, ``steps.py``), account it per window (``windows.py``), checkpoint
+the step (``train/model/stepper.py``), account it per window (``windows.py``), checkpoint
 (``checkpointing.py``).
 
 Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
