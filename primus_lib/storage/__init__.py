@@ -19,7 +19,7 @@ from primus_lib.storage.remote import StorageUnavailable
 from primus_lib.storage.uri import Where, local_directory, locate, scheme_of, unique_name, unresolved
 
 RETRY_SECONDS = 120.0  # how long a remote call waits out an unreachable store (tests shorten it in-process)
-REREADS = 5  # reads of one HDFS file that another writer keeps replacing, before giving up
+REREAD_SECONDS = 10.0  # how long a read of one HDFS file that another writer keeps replacing tries, before giving up
 
 __all__ = [
     "Entry",

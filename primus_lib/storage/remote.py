@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
@@ -125,7 +127,9 @@ def read_bytes(where: StorageLocation) -> bytes:
 
     from primus_lib import storage
 
-    for _ in range(storage.REREADS):
+    deadline, attempts = time.monotonic() + storage.REREAD_SECONDS, 0
+    while True:
+        attempts += 1
         before = where.fs.get_file_info(where.path)
         if before.type != pafs.FileType.File:
             raise FileNotFoundError(str(where))
@@ -135,10 +139,13 @@ def read_bytes(where: StorageLocation) -> bytes:
         except (RuntimeError, OSError) as exc:
             if where.scheme != "webhdfs" or not _replaced_under_reader(exc):
                 raise
-            continue
-        if where.scheme != "webhdfs" or _same_version(before, where.fs.get_file_info(where.path)):
-            return data
-    raise OSError(f"{where}: replaced while being read, {storage.REREADS} times in a row")
+        else:
+            if where.scheme != "webhdfs" or _same_version(before, where.fs.get_file_info(where.path)):
+                return data
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(random.uniform(0, min(0.5, 0.02 * 2**attempts)))  # out of step with the writer
+    raise OSError(f"{where}: replaced while being read, {attempts} times in {storage.REREAD_SECONDS:.0f}s")
 
 
 @retried

@@ -196,7 +196,9 @@ def test_a_file_replaced_while_it_is_read_on_hdfs_reads_as_one_whole_version(hdf
     writer.start()
     seen = []
     try:
-        while len(replaced) < 80:
+        deadline = time.monotonic() + 180  # a loaded machine reads slowly; the condition, not a count, ends it
+        while len(replaced) < 80 or {len(data) for data in seen} != {len(v) for v in versions}:
+            assert time.monotonic() < deadline, f"{len(seen)} reads during {len(replaced)} replacements"
             seen.append(target.read_bytes())
     finally:
         stop.set()

@@ -89,7 +89,10 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         ).create_dir(bucket)
         topic = kafka_broker.new_topic(partitions=2, prefix="argv")
         stream = kafka_stream(kafka_broker.bootstrap, topic, connection_id="events_sasl")
-        roles, storage = {**ROLES, "stream_executor": {"replicas": 2}}, {"root": f"s3://{bucket}/jobs"}
+        # the trainer at the demo's 2Gi: its RSS peaked at 0.82 GiB here alone and passed 1Gi beside a
+        # CPU hog (the supervisor kills a worker over its limit: exit 137, three restarts, no training)
+        trainer = {**ROLES["trainer"], "memory": "2Gi"}
+        roles, storage = {"trainer": trainer, "stream_executor": {"replicas": 2}}, {"root": f"s3://{bucket}/jobs"}
         doc = job_doc(hours=2, lag="1h", stream=stream, mode="online", roles=roles, storage=storage)
         spec = write_job(tmp_path, monkeypatch, doc, "kafka.yaml")
         generated = main(
