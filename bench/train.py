@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -120,8 +119,8 @@ def setup(tmp: Path):
 def ours(job, events, mode: str, probe: Probe) -> dict:
     """One ``primus train`` run from scratch, as the CLI calls it (``until_window`` to stop)."""
     paths = JobPaths.for_job(job)
-    shutil.rmtree(paths.checkpoints, ignore_errors=True)
-    paths.progress.unlink(missing_ok=True)
+    paths.checkpoints.delete()
+    paths.progress.delete()
     probe.reset()
     gc.collect()
     began, own = time.perf_counter(), time.thread_time()
