@@ -98,24 +98,7 @@ class DataSourceOp:
             path = part.directory + name
             uri = base_uri + name
             n = -(-size // split) if split and size > split else 1
-            if n == 1:  # the common case: one task per file
-                out.append(
-                    DataTask.fast(
-                        id=f"{prefix}{len(out):05d}",
-                        stream=stream,
-                        source=source,
-                        window=wid,
-                        uri=uri,
-                        path=path,
-                        format=fmt,
-                        size=size,
-                        offset=0,
-                        length=None,
-                        split=0,
-                        splits=1,
-                    )
-                )
-                continue
+            length = split if n > 1 else None  # the common case: one task per file, read whole
             for k in range(n):
                 out.append(
                     DataTask.fast(
@@ -127,8 +110,8 @@ class DataSourceOp:
                         path=path,
                         format=fmt,
                         size=size,
-                        offset=k * split,
-                        length=split,
+                        offset=k * split if n > 1 else 0,
+                        length=length,
                         split=k,
                         splits=n,
                     )
