@@ -17,7 +17,7 @@ help:
 	@echo "make down   stop the live stack (its state stays in .primus/stack)"
 	@echo "make demo   make up, then run the ctr-demo job through Airflow's scheduler and report"
 	@echo "make test   install, prepare the servers the tests start, run all tests"
-	@echo "make lint   ruff"
+	@echo "make lint   ruff and mypy (tests/test_lint.py runs them in make test)"
 	@echo "make bench  run every benchmark in bench/ (BENCH_WINDOWS=500: the backfill load's windows)"
 	@echo "make eval-worlds  backtest every mode on every named world (docs/eval-plan.md; hours on 2 cores)"
 	@echo "make eval-report  the results table of docs/training.md from those reports"
@@ -50,6 +50,7 @@ test-unit: install
 lint: install
 	@$(VENV)/bin/ruff check primus_lib plugins dags tests bench devstack
 	@$(VENV)/bin/ruff format --check primus_lib plugins dags tests bench devstack
+	@$(VENV)/bin/mypy
 
 # The live stack (devstack/stack.py): PostgreSQL, Kafka, Prometheus, Airflow's four processes.
 up: install
