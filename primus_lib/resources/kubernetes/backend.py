@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
+from primus_lib.credentials import current
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.kubernetes import manifests as m
@@ -154,7 +155,8 @@ class KubernetesBackend(ResourceBackend):
                 ) from exc
 
     def prepare(self) -> str:
-        """The CR, the spec ConfigMap and (with a trainer here) the headless Service; returns the CR uid."""
+        """The CR, the spec ConfigMap, the connections Secret, (with a trainer here) the headless Service
+        and the executors' Service, policy and token; returns the CR uid."""
         uid = self.ensure_cr()["metadata"]["uid"]
         self._create(self.cluster.core.create_namespaced_config_map, m.spec_configmap(self.job, uid))
         if "trainer" in self.roles():
@@ -163,6 +165,9 @@ class KubernetesBackend(ResourceBackend):
             self._create(self.cluster.core.create_namespaced_service, m.executor_service(self.job, uid))
             policy = m.executor_network_policy(self.job, uid)
             self._create(self.cluster.networking.create_namespaced_network_policy, policy)
+        connections = current().mountable(self.job.connection_ids())  # as this submitter resolves them
+        if connections:  # 409: the Secret is kept (never read back; rotate by deleting it)
+            self._create(self.cluster.core.create_namespaced_secret, m.connections_secret(self.job, connections, uid))
         if has_executors(self.job) and {EXECUTOR_ROLE, "trainer"} & set(self.roles()):  # 409: token kept
             token = m.flight_secret(self.job, secrets.token_urlsafe(32), uid)
             self._create(self.cluster.core.create_namespaced_secret, token)

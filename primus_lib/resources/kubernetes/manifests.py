@@ -9,7 +9,10 @@
   token, a Secret ``<job>-flight`` the controller creates (and never reads back) and mounts into the
   executor and trainer pods at FLIGHT_TOKEN_FILE: every Flight call carries it
   (``primus_lib.data.flight_auth``);
-- the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob.
+- the job spec as a ConfigMap mounted at SPEC_MOUNT, so every pod reads the same PrimusJob;
+- the connections the spec names, as the submitter resolved them (Airflow's connections in a task),
+  in a Secret ``<job>-connections`` (one ``<id>.json`` key each, Airflow's connection JSON) that every
+  pod mounts at CONNECTIONS_MOUNT, its ``$PRIMUS_SECRETS_DIR`` (``primus_lib.credentials``).
 Pods run as non-root with a read-only root filesystem, no privilege escalation and no capabilities.
 No secret in an object: the PrimusJob and the ConfigMap carry ``spec.storage.database`` with its
 password as ``${PRIMUS_DATABASE_PASSWORD}``, which the pods get from the Secret ``<job>-database``
@@ -23,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from primus_lib.credentials import Connection
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.kubernetes.names import (
     EXECUTOR_ROLE,
@@ -34,6 +38,7 @@ from primus_lib.resources.kubernetes.names import (
     RDZV_PORT,
     ROLE_LABEL,
     SPEC_FILE,
+    connections_secret_name,
     dns,
     executor_service_name,
     flight_secret_name,
@@ -149,6 +154,18 @@ def flight_secret(job: PrimusJob, token: str, owner_uid: str | None = None) -> d
         "type": "Opaque",
         "metadata": metadata,
         "stringData": {FLIGHT_TOKEN_KEY: token},
+    }
+
+
+def connections_secret(job: PrimusJob, connections: list[Connection], owner_uid: str | None = None) -> dict[str, Any]:
+    """The connections the job's pods read as secret files; created once per job and never read back
+    (to rotate: delete it, the next submit writes the current ones, the kubelet refreshes the files)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": meta(job, connections_secret_name(job), None, owner_uid),
+        "stringData": {f"{conn.conn_id}.json": conn.as_json() for conn in connections},
     }
 
 

@@ -23,6 +23,7 @@ FLIGHT_PORT_NAME = "flight"
 FLIGHT_SECRET_MOUNT, FLIGHT_TOKEN_KEY = "/etc/primus-flight", "token"
 FLIGHT_TOKEN_FILE = f"{FLIGHT_SECRET_MOUNT}/{FLIGHT_TOKEN_KEY}"
 DATABASE_PASSWORD_ENV = "PRIMUS_DATABASE_PASSWORD"
+CONNECTIONS_MOUNT = "/etc/primus-connections"  # $PRIMUS_SECRETS_DIR in every pod: <connection id>.json files
 
 
 def dns(name: str) -> str:
@@ -52,6 +53,10 @@ def database_secret_name(job: PrimusJob) -> str:
 
 def flight_secret_name(job: PrimusJob) -> str:
     return f"{job.name}-flight"
+
+
+def connections_secret_name(job: PrimusJob) -> str:
+    return f"{job.name}-connections"
 
 
 def labels(job: PrimusJob, role: str | None = None) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """The pod a role runs in: its container command, environment, resources, security context and
-mounts (the job spec, the Flight token, the database password from a Secret).
+mounts (the job spec, the Flight token, the job's connections and the database password from Secrets).
 
 Every workload (``manifests.py``: the trainer's Job or PyTorchJob, a StatefulSet) wraps this
 template; what a pod may do (non-root, read-only root filesystem, no capabilities, a service account
@@ -13,6 +13,7 @@ from typing import Any
 
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.kubernetes.names import (
+    CONNECTIONS_MOUNT,
     DATABASE_PASSWORD_ENV,
     EXECUTOR_ROLE,
     FLIGHT_PORT,
@@ -23,6 +24,7 @@ from primus_lib.resources.kubernetes.names import (
     SPEC_FILE,
     SPEC_MOUNT,
     WORKLOAD_SERVICE_ACCOUNT,
+    connections_secret_name,
     database_secret_name,
     flight_secret_name,
     labels,
@@ -142,6 +144,12 @@ def has_executors(job: PrimusJob) -> bool:
     return spec is not None and command(job, EXECUTOR_ROLE) is not None
 
 
+def connections_volume(job: PrimusJob) -> dict[str, Any]:
+    """The job's connections Secret, owner- and group-readable (the pod's fsGroup); optional: a job
+    whose submitter had no connections to hand runs with the SDKs' defaults (pod identity)."""
+    return {"secretName": connections_secret_name(job), "defaultMode": 0o440, "optional": True}
+
+
 def flight_token_volume(job: PrimusJob, role: str, pod: dict[str, Any], container: dict[str, Any]) -> None:
     """Mount the job's Flight token into the pods that speak Flight (its executors and its trainer)."""
     if role not in (EXECUTOR_ROLE, role_rules.TRAINER_ROLE) or not has_executors(job):
@@ -159,6 +167,7 @@ def pod_template(
         {"name": "PRIMUS_JOB", "value": literal(job.name)},
         {"name": "PRIMUS_ROLE", "value": literal(role)},
         {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)},
+        {"name": "PRIMUS_SECRETS_DIR", "value": CONNECTIONS_MOUNT},
     ]
     if has_database_password(job):  # the kubelet resolves it: the controller never reads the Secret
         ref = {"name": database_secret_name(job), "key": "password"}
@@ -173,6 +182,7 @@ def pod_template(
         "volumeMounts": [
             {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "connections", "mountPath": CONNECTIONS_MOUNT, "readOnly": True},
         ],
     }
     if role == role_rules.TRAINER_ROLE:
@@ -190,7 +200,11 @@ def pod_template(
         "automountServiceAccountToken": reads_endpoints(job, role),
         "securityContext": pod_security(),
         "containers": [container],
-        "volumes": [{"name": "spec", "configMap": {"name": spec_configmap_name(job)}}, {"name": "tmp", "emptyDir": {}}],
+        "volumes": [
+            {"name": "spec", "configMap": {"name": spec_configmap_name(job)}},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "connections", "secret": connections_volume(job)},
+        ],
     }
     if subdomain:
         pod["subdomain"] = subdomain
