@@ -51,7 +51,7 @@ def password_as_variable(url: str) -> str:
 
 def has_database_password(job: PrimusJob) -> bool:
     url = job.spec.storage.database
-    return bool(url) and password_as_variable(url) != url
+    return url is not None and password_as_variable(url) != url
 
 
 def resources(spec: RoleSpec, cpu: float | None = None, memory: float | None = None) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def pod_template(
     job: PrimusJob, role: str, restart: str, *, cmd: list[str], cpu=None, memory=None, subdomain: str | None = None
 ) -> dict[str, Any]:
     spec = job.spec.resources.roles[role]
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "PRIMUS_JOB", "value": literal(job.name)},
         {"name": "PRIMUS_ROLE", "value": literal(role)},
         {"name": "PRIMUS_REPLICAS", "value": str(spec.replicas)},
