@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import pyarrow.fs as pafs
@@ -31,6 +32,7 @@ from primus_lib.credentials import S3Credentials, StorageCredentials, WebHdfsCre
 
 __all__ = ["Location", "S3Credentials", "StorageCredentials", "WebHdfsCredentials", "join", "resolve"]
 WEBHDFS_DEFAULT_PORT = 9870
+_Kind = TypeVar("_Kind", S3Credentials, WebHdfsCredentials)
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,10 @@ def _local() -> pafs.FileSystem:
     return pafs.LocalFileSystem()
 
 
-def _expect(uri: str, credentials: StorageCredentials | None, kind: type) -> StorageCredentials | None:
-    if credentials is not None and not isinstance(credentials, kind):
-        raise ValueError(
-            f"{uri}: the connection's credentials are {type(credentials).__name__}, expected {kind.__name__}"
-        )
-    return credentials
+def _expect(uri: str, credentials: StorageCredentials | None, kind: type[_Kind]) -> _Kind | None:
+    if credentials is None or isinstance(credentials, kind):
+        return credentials
+    raise ValueError(f"{uri}: the connection's credentials are {type(credentials).__name__}, expected {kind.__name__}")
 
 
 def _s3_key(uri: str, credentials: StorageCredentials | None) -> tuple:

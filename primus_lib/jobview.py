@@ -13,6 +13,7 @@ job's roles already share (the job's database, its state directory or remote roo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def window_rows(
     queued: dict[str, dict[str, int]],
     consumed: dict[str, dict],
     runs: list[dict[str, Any]],
-    grid: list[str] = (),
+    grid: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One row per window of the timer up to now, or that any part of the job knows about, oldest
     first; ``state`` is the furthest step it reached: trained > committed > planned > waiting

@@ -41,12 +41,13 @@ def run(args: argparse.Namespace) -> int:
     stream = args.stream or streams[0].name
     planner = Planner(job, stream, threads=args.threads, ledger=not args.dry_run)
     began = time.perf_counter()
-    windows, missing = [], []
+    windows, missing, tasks = [], [], 0
     for plan in planner.plan(start, end, strict=False):
         if not plan.ready:
             missing = plan.missing
             break
         sources = {s.name: len(plan.by_source(s.name)) for s in job.stream(stream).sources}
+        tasks += len(plan.tasks)
         windows.append(
             {
                 "window": plan.window,
@@ -66,14 +67,14 @@ def run(args: argparse.Namespace) -> int:
         "windows": windows,
         "complete": not missing,
         "missing": missing,
-        "tasks": sum(w["tasks"] for w in windows),
+        "tasks": tasks,
         "listings": planner.listings,
         "seconds": round(seconds, 3),
     }
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{len(windows)} windows, {report['tasks']} tasks, {planner.listings} listings, {seconds:.2f}s")
+        print(f"{len(windows)} windows, {tasks} tasks, {planner.listings} listings, {seconds:.2f}s")
         for line in missing:
             print(f"waiting: {line}")
     return 0 if not missing else 3

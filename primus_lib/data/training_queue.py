@@ -65,16 +65,21 @@ class TrainingQueue:
             lock_table(db, training_queue)
             row = db.execute(select(*_COLUMNS).where(Q.stream == stream, Q.window == window)).first()
             if row is not None:
-                return QueuedWindow(*row)
+                return QueuedWindow(*row.tuple())
             newest = db.scalar(select(func.max(Q.window)).where(Q.stream == stream))
             if newest is not None and window < newest:
                 raise OutOfOrderWindow(f"stream {stream!r}: window {window} arrived after {newest} was queued")
             values = {"stream": stream, "window": window, "path": path, "rows": rows, "committed_at": time.time()}
-            seq = db.execute(training_queue.insert().values(values)).inserted_primary_key[0]
+            key = db.execute(training_queue.insert().values(values)).inserted_primary_key
+            if key is None:  # only for a key without autoincrement; seq has it
+                raise RuntimeError(
+                    f"training queue {shown(self.ledger)}: the insert of {stream} {window} returned no seq"
+                )
+            seq = key[0]
             return QueuedWindow(seq, stream, window, path, rows)
 
     @retried
     def windows(self, stream: str | None = None, after_seq: int = 0) -> list[QueuedWindow]:
         query = _WINDOWS if stream is None else _STREAM_WINDOWS
         with transaction(self.engine, write=False) as db:
-            return [QueuedWindow(*row) for row in db.execute(query, {"after": after_seq, "stream": stream})]
+            return [QueuedWindow(*row.tuple()) for row in db.execute(query, {"after": after_seq, "stream": stream})]

@@ -11,15 +11,18 @@ Usage (an executor)::
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 import psutil
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.registry import Collector
 
 from primus_lib.metrics import names as n
 from primus_lib.resources.proctree import rss, tree
 from primus_lib.storage import Where, locate
 
 _LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
+M = TypeVar("M", Gauge, Counter)
 
 
 def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY):
@@ -39,12 +42,18 @@ def write_snapshot(directory: Where, name: str, registry: CollectorRegistry = RE
 
 def _gauge(registry: CollectorRegistry, name: str, doc: str) -> Gauge:
     existing = registry._names_to_collectors.get(name)  # one family per registry, shared by workers
-    return existing if existing is not None else Gauge(name, doc, _LABELS, registry=registry)
+    return Gauge(name, doc, _LABELS, registry=registry) if existing is None else _expect(existing, Gauge, name)
 
 
 def _counter(registry: CollectorRegistry, name: str, doc: str) -> Counter:
     existing = registry._names_to_collectors.get(name.removesuffix("_total"))
-    return existing if existing is not None else Counter(name, doc, _LABELS, registry=registry)
+    return Counter(name, doc, _LABELS, registry=registry) if existing is None else _expect(existing, Counter, name)
+
+
+def _expect(existing: Collector, kind: type[M], name: str) -> M:
+    if not isinstance(existing, kind):
+        raise TypeError(f"metric {name}: already registered as a {type(existing).__name__}, expected a {kind.__name__}")
+    return existing
 
 
 class ExecutorMetrics:
@@ -70,7 +79,8 @@ class ExecutorMetrics:
         # a zero series: a killed worker cannot count its own kill, the local supervisor does (supervisor.py)
         self.ooms = _counter(registry, n.OOM_KILLS, "OOM kills of this executor").labels(**self.labels)
         self.samples = _counter(registry, n.SAMPLES, "Samples produced").labels(**self.labels)
-        self.registry, self.lag = registry, None  # stream executors only: made on the first observe_lag
+        self.registry = registry
+        self.lag: Gauge | None = None  # stream executors only: made on the first observe_lag
         self._proc = psutil.Process(pid or os.getpid())
         self._proc.cpu_percent(None)
 

@@ -198,7 +198,12 @@ class PrometheusReader(MetricsReader):
         series = {}
         for key, name in (("cpu", n.CPU_USED_CORES), ("mem", n.MEMORY_USED_BYTES)):
             promql = f"max({name}{ex})"
-            params = {"query": promql, "start": end - lookback_seconds, "end": end, "step": max(1.0, step_seconds)}
+            params: dict[str, str | float] = {
+                "query": promql,
+                "start": end - lookback_seconds,
+                "end": end,
+                "step": max(1.0, step_seconds),
+            }
             reply = self.session.get(f"{self.url}/api/v1/query_range", params=params, timeout=self.timeout)
             result = self._data(reply, promql)["result"]
             series[key] = {float(t): float(v) for t, v in result[0]["values"]} if result else {}

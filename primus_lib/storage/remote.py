@@ -79,7 +79,7 @@ def retried(call: Callable[Concatenate[StorageLocation, P], R]) -> Callable[Conc
                 "%s: %s failed (%s), attempt %d; retrying",
                 where,
                 call.__name__,
-                first_line(state.outcome.exception()),
+                first_line(state.outcome.exception() if state.outcome is not None else None),  # tenacity sets it first
                 state.attempt_number,
             ),
             reraise=True,
@@ -228,7 +228,10 @@ def refusing(error: Exception) -> pafs.FileSystem:
 
     names = [n for n in dir(pafs.FileSystemHandler) if not n.startswith("_")]
     methods = {n: refuse for n in names if n != "get_type_name"}
-    handler = type("Refusing", (pafs.FileSystemHandler,), {**methods, "get_type_name": lambda self: "unresolved"})
-    handler.__eq__ = lambda self, other: self is other
-    handler.__ne__ = lambda self, other: self is not other
-    return pafs.PyFileSystem(handler())
+    identity = {
+        "__eq__": lambda self, other: self is other,
+        "__ne__": lambda self, other: self is not other,
+        "__hash__": object.__hash__,  # a class body with __eq__ alone would make it unhashable
+    }
+    body = {**methods, **identity, "get_type_name": lambda self: "unresolved"}
+    return pafs.PyFileSystem(type("Refusing", (pafs.FileSystemHandler,), body)())

@@ -79,16 +79,16 @@ def world_config(text: str | None) -> WorldConfig:
         if name not in WORLDS:
             raise ValueError(f"--world: {name!r}: expected a world name in {sorted(WORLDS)} or key=value")
         base = dict(WORLDS[name].overrides)
-    known = {f.name for f in dataclasses.fields(WorldConfig)}
+    defaults = dataclasses.asdict(WorldConfig())  # every knob has a default
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--world: {item!r}: expected key=value with key in {sorted(known)}")
-        base[key] = _value(key, value, WorldConfig.__dataclass_fields__[key].default)
+        if not sep or key not in defaults:
+            raise ValueError(f"--world: {item!r}: expected key=value with key in {sorted(defaults)}")
+        base[key] = _value(key, value, defaults[key])
     return WorldConfig(**base)
 
 
-def _value(key: str, value: str, current: object) -> object:
+def _value(key: str, value: str, current: bool | int | float | tuple[float, ...]) -> object:
     try:
         if isinstance(current, bool):
             return {"1": True, "true": True, "0": False, "false": False}[value.lower()]

@@ -62,7 +62,7 @@ class DatagenResult:
 
 
 def generate(
-    out: Path,
+    out: str | os.PathLike[str],
     start: datetime,
     end: datetime,
     *,
@@ -100,7 +100,7 @@ def generate(
                 events = late.merge(hour, on_stream(rows))
                 lines = _jsonl(events, columns)
                 stream.write(lines)
-                if producer is not None:
+                if producer is not None and kafka is not None:
                     result.kafka_messages += _produce(producer, kafka[1], lines, events["ts"])
                 shown = int(rows["on_stream"].sum())
                 result.resent_clicks += len(events["ts"]) - shown
@@ -153,7 +153,7 @@ class LateClicks:
         self.world = world
         self.columns = impression_columns(world.config)
         self.on = world.config.late_click_events
-        self.pending: dict[str, np.ndarray] | None = None
+        self.pending: dict[str, np.ndarray] = {}  # the re-sent clicks not due yet (none before the first _add)
         if self.on:
             lookback = int(np.ceil(world.config.max_delay_hours)) + 1
             for hour in range(first_hour - lookback, first_hour):
@@ -167,7 +167,7 @@ class LateClicks:
         events["ts"] = at[keep]
         events["request_id"] = np.array([f"{r}{RESENT_CLICK_SUFFIX}" for r in events["request_id"]], dtype=object)
         events["clicked_realtime"] = np.ones(int(keep.sum()), dtype=np.int64)
-        self.pending = events if self.pending is None else _concat(self.pending, events)
+        self.pending = _concat(self.pending, events) if self.pending else events
 
     def merge(self, hour: int, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The hour's stream events: its impressions plus the re-sent clicks that land in it."""

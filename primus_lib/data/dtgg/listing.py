@@ -16,6 +16,7 @@ one request each), so the two planners differ in what they ask, not in the clien
 from __future__ import annotations
 
 import bisect
+import builtins  # in FusedLister, `list` in an annotation names its method list()
 import os
 import threading
 from collections import defaultdict
@@ -75,7 +76,7 @@ class FusedLister:
         listing.requests = self.requests
         return listing
 
-    def list_dir(self, fs: pafs.FileSystem, directory: str) -> list[FileEntry] | None:
+    def list_dir(self, fs: pafs.FileSystem, directory: str) -> builtins.list[FileEntry] | None:
         """The files directly in one directory (one listing request); None when it has none or
         does not exist, as in a fused listing (WebHDFS: [] for an existing empty directory)."""
         hdfs = self._webhdfs(fs)
@@ -107,7 +108,7 @@ class FusedLister:
             lister = self._hdfs_listers[id(client)] = WebHdfsLister(client)
         return lister
 
-    def _list_each(self, hdfs, targets: list[str], listing: Listing) -> Listing:
+    def _list_each(self, hdfs, targets: builtins.list[str], listing: Listing) -> Listing:
         """Each wanted directory listed once: ``threads`` connections, each pipelining a
         contiguous share of the directories; absent ones stay absent."""
         with self._lock:
@@ -126,7 +127,7 @@ class FusedLister:
         listing.requests = self.requests
         return listing
 
-    def _frontier(self, fs, root: str, targets: list[str], wanted: set[str]) -> list[str]:
+    def _frontier(self, fs, root: str, targets: builtins.list[str], wanted: set[str]) -> builtins.list[str]:
         """The directories to walk: from ``root`` down, non-recursive listings (one request per
         directory) prune every subtree no wanted partition lies under, until each directory left
         is a wanted partition or holds one directly. Subtrees of old or future partitions are
@@ -149,7 +150,7 @@ class FusedLister:
             todo = deeper
         return final + todo
 
-    def _walk(self, fs, directory: str) -> dict[str, list[FileEntry]]:
+    def _walk(self, fs, directory: str) -> dict[str, builtins.list[FileEntry]]:
         out: dict[str, list[FileEntry]] = defaultdict(list)
         entry = FileEntry
         for info in self._ls(fs, directory, recursive=True):
@@ -158,7 +159,7 @@ class FusedLister:
                 out[parent + "/"].append(entry(name, info.size or 0))
         return out
 
-    def _ls(self, fs, directory: str, recursive: bool) -> list[pafs.FileInfo]:
+    def _ls(self, fs, directory: str, recursive: bool) -> builtins.list[pafs.FileInfo]:
         with self._lock:
             self.requests += 1
         selector = pafs.FileSelector(directory.rstrip("/") or "/", allow_not_found=True, recursive=recursive)

@@ -97,8 +97,8 @@ class DataSourceOp:
             name, size = entry
             path = part.directory + name
             uri = base_uri + name
-            n = -(-size // split) if split and size > split else 1
-            length = split if n > 1 else None  # the common case: one task per file, read whole
+            chunk = split if split and size > split else None  # None (the common case): one task per file, read whole
+            n = -(-size // chunk) if chunk else 1
             for k in range(n):
                 out.append(
                     DataTask.fast(
@@ -110,8 +110,8 @@ class DataSourceOp:
                         path=path,
                         format=fmt,
                         size=size,
-                        offset=k * split if n > 1 else 0,
-                        length=length,
+                        offset=k * chunk if chunk else 0,
+                        length=chunk,
                         split=k,
                         splits=n,
                     )

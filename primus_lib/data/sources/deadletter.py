@@ -79,7 +79,10 @@ class KafkaDeadLetters(DeadLetters):
         self._errors: list[str] = []
 
     def _send(self, value: bytes, reason: str, origin: str) -> None:
-        headers = [("primus.error", reason.encode()[:1000]), ("primus.origin", origin.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("primus.error", reason.encode()[:1000]),
+            ("primus.origin", origin.encode()),
+        ]
         self._producer.produce(self.topic, value, headers=headers, on_delivery=self._delivered)
         self._producer.poll(0)
 

@@ -234,11 +234,14 @@ class KafkaStreamReader(StreamReader):
                 if err.fatal() or not err.retriable():
                     raise KafkaException(err)
                 continue
-            key = partition_key(msg.topic(), msg.partition())
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if topic is None or partition is None or offset is None:  # unset only on error events
+                raise RuntimeError(f"kafka {self.topic}: a fetched message without topic, partition or offset")
+            key = partition_key(topic, partition)
             values.append(msg.value() or b"")
             keys.append(key)
-            offsets.append(msg.offset())
-            self._next[key] = msg.offset() + 1
+            offsets.append(offset)
+            self._next[key] = offset + 1
         if not values:
             self.last_offsets = ([], np.empty(0, np.int64))
             return None
