@@ -157,7 +157,7 @@ class SampleBuffer:
         """Drop the waiting rows of ``partitions`` (a stream executor no longer serving them);
         returns how many. Rows without partitions stay."""
         with self._cond:
-            dropped, kept = 0, deque()
+            dropped, kept = 0, deque[_Item]()
             for item in self._items:
                 if item.keys is None or item.offsets is None:
                     kept.append(item)

@@ -156,7 +156,7 @@ def retried(operation: Callable[P, R]) -> Callable[P, R]:
             wait=wait_exponential(multiplier=0.05, max=2.0),
             before_sleep=lambda state: log.warning(
                 "database connection lost (%s), attempt %d; retrying",
-                _first_line(state.outcome.exception()),
+                _first_line(state.outcome.exception() if state.outcome is not None else None),
                 state.attempt_number,
             ),
             reraise=True,
@@ -196,9 +196,9 @@ def database_url(location: Location) -> URL:
     if "://" not in str(location):  # a path: a SQLite file
         return URL.create("sqlite", database=str(Path(location).absolute()))
     try:
-        return make_url(location)
+        return make_url(str(location))
     except (ArgumentError, ValueError) as exc:
-        raise DatabaseError(f"cannot parse the database URL {mask_database_url(location)}: {exc}") from None
+        raise DatabaseError(f"cannot parse the database URL {mask_database_url(str(location))}: {exc}") from None
 
 
 def as_location(location: Location) -> Path | URL:

@@ -37,9 +37,9 @@ def tag(batch: pa.RecordBatch, keys: list[str], offsets: np.ndarray) -> pa.Recor
     if keys and keys[0] == keys[-1] and len(set(keys)) == 1:
         names, indices = [keys[0]], np.zeros(len(keys), np.int32)
     else:
-        names, inverse = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
-        indices = inverse.astype(np.int32)
-    partition = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(names), pa.string()))
+        unique, inverse = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
+        names, indices = unique.tolist(), inverse.astype(np.int32)
+    partition = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(names, pa.string()))
     columns = [*batch.columns, partition, pa.array(offsets, pa.int64())]
     return pa.RecordBatch.from_arrays(columns, schema=tagged_schema(batch.schema))
 
@@ -108,8 +108,9 @@ class BufferFlightServer(flight.FlightServerBase):
         else:
             batch = self.buffer.pop(rows, timeout=self.wait)
             schema = self.schema
-        batches = [] if batch is None else [batch]
-        return flight.RecordBatchStream(pa.Table.from_batches(batches, schema=batch.schema if batches else schema))
+        if batch is None:
+            return flight.RecordBatchStream(pa.Table.from_batches([], schema=schema))
+        return flight.RecordBatchStream(pa.Table.from_batches([batch], schema=batch.schema))
 
     def do_action(self, context, action: flight.Action):
         body = json.loads(action.body.to_pybytes() or b"{}") if action.body is not None else {}

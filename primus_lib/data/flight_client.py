@@ -347,7 +347,8 @@ class ExecutorStreamReader(StreamReader):
 
     def commit(self, position: Position) -> None:
         """Commit ``position`` through every executor (each commits its own partitions)."""
-        body = {"position": {str(k): int(v) for k, v in position.items()}, "lane": self.rank, "lanes": self.size}
+        wanted = {str(k): int(v) for k, v in position.items()}
+        body = {"position": wanted, "lane": self.rank, "lanes": self.size}
         done: set[str] = set()
         for index, location in sorted(self.locations().items()):
             try:
@@ -362,7 +363,7 @@ class ExecutorStreamReader(StreamReader):
                 log.warning(
                     "commit through executor %d at %s failed (the next checkpoint commits): %s", index, location, exc
                 )
-        missing = sorted(set(body["position"]) - done)
+        missing = sorted(set(wanted) - done)
         if missing and self.lane is None:  # rebalance: an offset is committed once every rank committed it
             log.warning("offsets of %s not committed this time (executor down)", missing)
 

@@ -29,16 +29,80 @@ may ask of them.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from primus_lib.data.executor.partitions import stream_partitions
 
+if TYPE_CHECKING:
+    from primus_lib.data.executor.lanes import Lanes
+    from primus_lib.data.executor.leases import LeasedBuffer
+    from primus_lib.data.executor.service import _Runner
+    from primus_lib.data.flight import BufferFlightServer
+    from primus_lib.data.sources.kafka import KafkaStreamReader
+    from primus_lib.spec.job import PrimusJob
+
 log = logging.getLogger("primus_lib.data.executor.service")
+
+
+class ActionHost(Protocol):
+    """What the actions use of the ``ExecutorService`` they are mixed into (``service.py`` checks it is one)."""
+
+    runners: list[_Runner]
+    generation: int
+
+    @property
+    def job(self) -> PrimusJob: ...
+    @property
+    def stream_name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def buffer(self) -> LeasedBuffer: ...
+    @property
+    def lanes(self) -> Lanes | None: ...
+    @property
+    def server(self) -> BufferFlightServer: ...
+    @property
+    def committed(self) -> dict[str, int]: ...
+    @property
+    def all_partitions(self) -> list[tuple[int, int]]: ...
+    @property
+    def _admin(self) -> threading.RLock: ...
+    @property
+    def _attached(self) -> threading.Event: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def all_keys(self) -> list[str]: ...
+    @property
+    def filled(self) -> int: ...
+    @property
+    def rows_in(self) -> int: ...
+    def _key(self, pair: tuple[int, int]) -> str: ...
+    def _open(
+        self,
+        pairs: list[tuple[int, int]],
+        position: dict[str, int],
+        kept: dict[str, int] | None = None,
+        new: Iterable[str] = frozenset(),
+    ) -> list[_Runner]: ...
+    def _spawn(self, runner: _Runner) -> None: ...
+    def _committed(self, reader: KafkaStreamReader) -> dict[str, int]: ...
+    def _learn(self, pairs: list[tuple[int, int]]) -> list[str]: ...
+    def _ack(self, body: dict) -> dict: ...
+    def _position(self) -> dict[str, int]: ...
 
 
 class ExecutorActions:
     """``seek``, ``assign``, ``ack``, ``commit``, ``stats`` and ``lag`` of ``ExecutorService``."""
 
-    def _seek(self, body: dict) -> dict:
+    def _seek(self: ActionHost, body: dict) -> dict:
         """Rewind to ``position`` (rebalance: lane ``lane`` of ``lanes`` wants it; the others keep
         what they still need)."""
         position, lane, lanes = _position_of(body), int(body.get("lane", 0)), int(body.get("lanes", 1))
@@ -73,7 +137,7 @@ class ExecutorActions:
                 "mode": self.mode,
             }
 
-    def _assign(self, body: dict) -> dict:
+    def _assign(self: ActionHost, body: dict) -> dict:
         """Serve exactly ``partitions``: stop the runners of partitions no longer wanted (their
         waiting rows are dropped; kept partitions reopen where they were), open the new ones at
         ``position`` (the reader's marks) or the committed offsets."""
@@ -114,14 +178,14 @@ class ExecutorActions:
             )
             return {"partitions": self.keys, "dropped": dropped}
 
-    def _ack(self, body: dict) -> dict:
+    def _ack(self: ActionHost, body: dict) -> dict:
         """The reader holds every row below ``position`` (rebalance: of lane ``lane``): their leases end."""
         position = _position_of(body)
         if self.lanes is not None:
             return {"released": self.lanes.ack(int(body.get("lane", 0)), position)}
         return {"released": self.buffer.ack(position)}
 
-    def _commit(self, body: dict) -> dict:
+    def _commit(self: ActionHost, body: dict) -> dict:
         """Commit ``position`` (rebalance: rank ``lane``'s; Kafka gets the lowest over the ranks); acks it."""
         self._ack(body)
         position = _position_of(body)
@@ -138,10 +202,10 @@ class ExecutorActions:
         self.committed.update(done)
         return {"committed": done}
 
-    def _position(self) -> dict[str, int]:
+    def _position(self: ActionHost) -> dict[str, int]:
         return {k: v for r in self.runners for k, v in r.reader.position().items()}
 
-    def _stats(self, body: dict) -> dict:
+    def _stats(self: ActionHost, body: dict) -> dict:
         return {
             "index": self.index,
             "replicas": self.replicas,
@@ -157,7 +221,7 @@ class ExecutorActions:
             "refused": self.server.auth.refused if self.server.auth is not None else 0,
         }
 
-    def _lag(self, body: dict) -> dict:
+    def _lag(self: ActionHost, body: dict) -> dict:
         out: dict[str, int] = {}
         with self._admin:
             for runner in self.runners:

@@ -8,6 +8,8 @@ executor started after the addition lists the partitions in the same order as on
 
 from __future__ import annotations
 
+from functools import partial
+
 from confluent_kafka import Consumer, TopicPartition
 
 from primus_lib.data.sources.kafka import client_config, retrying
@@ -26,7 +28,7 @@ def stream_partitions(job: PrimusJob, stream_name: str) -> list[tuple[int, int]]
         consumer = Consumer({**client_config(stream, source), "group.id": "primus-metadata"})
         try:
             topic = source.kafka.topic
-            meta = retrying(lambda c=consumer, t=topic: c.list_topics(t, timeout=10)).topics.get(topic)
+            meta = retrying(partial(consumer.list_topics, topic, timeout=10)).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 raise RuntimeError(f"topic {topic!r} not found ({getattr(meta, 'error', None)})")
             found += [(i, p) for p in meta.partitions]

@@ -30,16 +30,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import TopicPartition
 
 from primus_lib.data.buffer import BufferClosed, past
-from primus_lib.data.executor.actions import ExecutorActions
+from primus_lib.data.executor.actions import ActionHost, ExecutorActions
 from primus_lib.data.executor.lanes import Lanes
 from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
 from primus_lib.data.executor.partitions import first_offset, in_order, owned, stream_partitions
-from primus_lib.data.flight import BufferFlightServer
+from primus_lib.data.flight import Action, BufferFlightServer
 from primus_lib.data.flight_auth import Credential, credential_for
 from primus_lib.data.schema import job_keys, sample_schema
 from primus_lib.data.sources.kafka import KafkaStreamReader, partition_key, retrying
@@ -110,7 +112,7 @@ class ExecutorService(ExecutorActions):
         self._attached = threading.Event()  # Kafka is read once a trainer attached (its first seek)
         self._reporter: threading.Thread | None = None  # report(): writes the metrics snapshot
         schema = sample_schema(job.spec.features, job_keys(job))
-        actions = {
+        actions: dict[str, Action] = {
             "stats": self._stats,
             "commit": self._commit,
             "seek": self._seek,
@@ -149,8 +151,8 @@ class ExecutorService(ExecutorActions):
         self,
         pairs: list[tuple[int, int]],
         position: dict[str, int],
-        kept: dict | None = None,
-        new: set[str] = frozenset(),
+        kept: dict[str, int] | None = None,
+        new: Iterable[str] = frozenset(),
     ) -> list[_Runner]:
         """One reader per source over ``pairs``: ``kept`` ones where they were, the others at
         ``position`` / the committed offsets / startup (rebalance: no later than any lane needs);
@@ -242,6 +244,8 @@ class ExecutorService(ExecutorActions):
         """Into the buffer (forward, lane -1) or a rank's lane (rebalance); False while full."""
         if lane < 0:
             return self.buffer.put(piece[0], piece[1:], timeout=0.05)
+        if self.lanes is None:
+            raise RuntimeError(f"lane {lane}: this executor has no lanes (its shuffle is not rebalance)")
         return self.lanes.put(lane, piece, 0.05)
 
     @property
@@ -280,3 +284,7 @@ class ExecutorService(ExecutorActions):
                 runner.reader.close()
             except Exception:
                 log.exception("closing a Kafka reader")
+
+
+if TYPE_CHECKING:  # the service is what its actions take it for (mypy does not check that inside the class)
+    _checked: type[ActionHost] = ExecutorService
