@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
+from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.evaluation.report import Report
 from primus_lib.evaluation.sources import EvalInputError
@@ -64,7 +65,7 @@ def _sizes(value: str) -> list[int]:
 
 
 # key of a variant -> (RunConfig field, parser)
-_KEYS = {
+_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {  # Any: each parser returns its own field's type
     "lr": ("lr", float),
     "sparse_lr": ("sparse_lr", float),
     "serve": ("serve", str),
@@ -208,7 +209,7 @@ def run_one(
             metrics=False,
             switch_at=timeline.hours[timeline.switch],
         )
-        readers = {job.stream_streams[0].name: [world.replay]}
+        readers: dict[str, list[StreamReader]] = {job.stream_streams[0].name: [world.replay]}
         trainer = Trainer(
             job, options, readers, CollectorRegistry(), world.clock, stepper=stepper, coordinator=world, queue=queue
         )

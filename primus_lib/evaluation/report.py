@@ -126,9 +126,9 @@ def plot_windows(path: Path, names: list[str], rows: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(12, 5))
     for name in names:
         ys = [np.nan if r.get(name, {}).get("auc") is None else r[name]["auc"] for r in rows]
-        ablation = "[" in name  # variants: thin dashed lines behind the five modes
-        style = {"linestyle": "--", "linewidth": 0.8, "alpha": 0.7} if ablation else {"linewidth": 1.8}
-        ax.plot(range(len(rows)), ys, label=name, **style)
+        ablation = "[" in name  # variants: thin dashed lines behind the five modes (None: matplotlib's default)
+        linestyle, linewidth, alpha = ("--", 0.8, 0.7) if ablation else (None, 1.8, None)
+        ax.plot(range(len(rows)), ys, label=name, linestyle=linestyle, linewidth=linewidth, alpha=alpha)
     ticks = list(range(0, len(rows), max(1, len(rows) // 12)))
     ax.set_xticks(ticks, [rows[i]["window"][4:13] for i in ticks], rotation=30, fontsize=8)
     ax.set_ylabel("AUC (complete label), mean over seeds")

@@ -30,7 +30,7 @@ from primus_lib.data.sources.templates import has_placeholders, partition
 from primus_lib.data.task import DataTask
 from primus_lib.filesystems import resolve
 from primus_lib.paths import window_id
-from primus_lib.spec.dataset import SourceSpec, StreamSpec
+from primus_lib.spec.dataset import KafkaSpec, SourceSpec, StreamSpec
 from primus_lib.spec.job import PrimusJob
 
 KAFKA_IDLE_S = 30.0  # a topic read that makes no progress this long is an error
@@ -54,7 +54,8 @@ def eval_streams(job: PrimusJob) -> tuple[StreamSpec, StreamSpec]:
 def read_batch(job: PrimusJob, stream: StreamSpec, hours: list[datetime]) -> list[pa.Table]:
     """Every window of a batch stream: its sources' partitions, decoded and joined."""
     files = {source.name: _partition_files(job, stream, source, hours) for source in stream.sources}
-    windows, dropped = [], {}
+    windows: list[pa.Table] = []
+    dropped: dict[str, int] = {}
     for h in hours:
         joined = _join(job, stream, [_read_files(job, files[s.name][h]) for s in stream.sources], h)
         try:  # the data plane's row checks (data/sources/quality.py), so eval trains on what it would
@@ -166,7 +167,7 @@ def read_stream(job: PrimusJob, stream: StreamSpec, start: datetime, end: dateti
         letters = _Kept()
         try:
             if source.kafka is not None:
-                tables.append(_read_kafka(job, stream, source, letters))
+                tables.append(_read_kafka(job, stream, source, source.kafka, letters))
             else:
                 tables.append(_read_replay(job, stream, source, start, end, letters))
         except (DecodeError, OSError, pa.ArrowException) as exc:
@@ -194,17 +195,17 @@ def _read_replay(job, stream: StreamSpec, source: SourceSpec, start, end, letter
         reader.close()
 
 
-def _read_kafka(job, stream: StreamSpec, source: SourceSpec, letters: DeadLetters) -> pa.Table:
+def _read_kafka(job, stream: StreamSpec, source: SourceSpec, spec: KafkaSpec, letters: DeadLetters) -> pa.Table:
     """The topic from its earliest offsets up to the high watermarks seen when the read starts
     (a private group that commits nothing; malformed messages are counted, not dead-lettered)."""
     from confluent_kafka import KafkaException
 
     from primus_lib.data.sources.kafka import KafkaStreamReader
 
-    options = {"log_level": "0", **source.kafka.options}  # errors come back as one line, not librdkafka's log
-    kafka = source.kafka.model_copy(update={"startup": "earliest", "options": options})
+    options = {"log_level": "0", **spec.options}  # errors come back as one line, not librdkafka's log
+    kafka = spec.model_copy(update={"startup": "earliest", "options": options})
     source = source.model_copy(update={"kafka": kafka})
-    topic = f"kafka topic {source.kafka.topic!r} at {source.kafka.bootstrap_servers}"
+    topic = f"kafka topic {kafka.topic!r} at {kafka.bootstrap_servers}"
     try:
         reader = KafkaStreamReader(
             job, stream, source, group_id=f"primus-eval-{os.getpid()}-{time.time_ns()}", dead_letters=letters
@@ -213,15 +214,16 @@ def _read_kafka(job, stream: StreamSpec, source: SourceSpec, letters: DeadLetter
         raise EvalInputError(f"{topic}: {_line(exc)}") from None
     try:
         target = {k: reader.position()[k] + n for k, n in reader.lag().items()}
-        state = {"at": dict(reader.position()), "since": time.monotonic()}
+        seen, since = dict(reader.position()), time.monotonic()
 
         def done() -> bool:
+            nonlocal seen, since
             at = reader.position()
             if all(at.get(k, 0) >= v for k, v in target.items()):
                 return True
-            if at != state["at"]:
-                state.update(at=dict(at), since=time.monotonic())
-            elif time.monotonic() - state["since"] > KAFKA_IDLE_S:
+            if at != seen:
+                seen, since = dict(at), time.monotonic()
+            elif time.monotonic() - since > KAFKA_IDLE_S:
                 raise EvalInputError(f"{topic}: no progress for {KAFKA_IDLE_S:.0f}s at {at}, end {target}")
             return False
 

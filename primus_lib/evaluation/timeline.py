@@ -22,6 +22,7 @@ import atexit
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -78,7 +79,7 @@ def load_timeline(
         raise EvalInputError(f"the range {start:%Y-%m-%dT%H:%M}Z..{end:%Y-%m-%dT%H:%M}Z holds no window")
     batch = read_batch(job, batch_spec, hours)
     label = job.spec.features.label
-    keys = (batch_spec.join.keys if batch_spec.join else job_keys(job) or [None])[0]
+    keys: str | None = batch_spec.join.keys[0] if batch_spec.join else next(iter(job_keys(job)), None)
     events = read_stream(job, stream_spec, hours[0], hours[-1] + window)
     ts = events.column(job.spec.features.timestamp)
     stream = []
@@ -159,7 +160,8 @@ class HourlyWorld(SingleProcess):
         self.scores = Scores()
         self.hour = -1
         self.now = 0.0  # the world's clock (epoch seconds): the start of the current hour
-        self.on_hour = None  # called (hour, score entry or None) after each hour (``primus eval``'s progress)
+        # called (hour, score entry or None) after each hour (``primus eval``'s progress)
+        self.on_hour: Callable[[datetime, dict | None], None] | None = None
 
     def clock(self) -> float:
         return self.now

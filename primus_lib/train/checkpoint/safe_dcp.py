@@ -89,9 +89,10 @@ class SafeReader(FileSystemReader):
         name = METADATA if rank is None else f"__{rank}{METADATA}"
         shown = f"{self.shown}/{name}" if self.shown else None
         metadata = read_metadata(Path(self.path) / name, shown)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = dcp_metadata.StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta: dcp_metadata.StorageMeta | None = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = dcp_metadata.StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata
 
 

@@ -26,6 +26,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import IO, cast
 
 import pyarrow as pa
 import torch
@@ -60,7 +61,7 @@ def save_checkpoint(
     with Parts(target) as parts:
         written = []
         with parts.writer("state.pt") as out:
-            torch.save(state, out)
+            torch.save(state, cast(IO[bytes], out))  # torch's FileLike names IO[bytes]; it only calls write/flush
         written.append(Part("state.pt", out.size, out.digest.hexdigest()))
         files = {}
         for stream, table in pending.items():
@@ -98,13 +99,14 @@ def load_latest(directory: Where) -> Checkpoint | None:
 def committed_checkpoints(directory: StorageLocation) -> tuple[list[str], list[str]]:
     """(committed, uncommitted) checkpoint names under ``directory``, oldest first; the one a
     ``LATEST`` of the previous layout names counts as committed while no checkpoint.json is."""
-    committed, torn = [], []
+    committed: list[str] = []
+    torn: list[str] = []
     for entry in directory.list():
         if entry.is_dir and entry.name.startswith(("ckpt-", ".ckpt-")):
             (committed if (directory / entry.name / COMMIT).exists() else torn).append(entry.name)
     if not committed:
         pointed = _pointed(directory)
-        if pointed in torn:
+        if pointed is not None and pointed in torn:
             torn.remove(pointed)
             committed.append(pointed)
     return committed, torn

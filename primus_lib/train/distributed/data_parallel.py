@@ -27,10 +27,9 @@ merges per-window statistics over ranks for progress.json (samples summed).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from primus_lib.paths import parse_window_id
 from primus_lib.progress import window_summary, write_progress
+from primus_lib.storage import Where
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError
 from primus_lib.train.checkpoint.store import check_checkpoint, load_latest, save_checkpoint
@@ -46,7 +45,7 @@ FLAGS = ("checkpoint", "done", "idle", "until", "batch_finished")
 
 
 class DataParallel(Coordinator):
-    def __init__(self, mode: str, checkpoints: Path, progress: Path, group: Group, window_ms: int, clock):
+    def __init__(self, mode: str, checkpoints: Where, progress: Where, group: Group, window_ms: int, clock):
         super().__init__(mode, checkpoints, progress)
         self.group = group
         self.rank, self.size = group.rank, group.size
@@ -74,13 +73,13 @@ class DataParallel(Coordinator):
         mark = max((f.watermark_ms for f in feeds), default=NEVER)
         behind = float(not all(f.caught_up for f in feeds))
         running = float(not all(f.ended() for f in feeds))
-        mark, behind, running = self.group.max([float(mark), behind, running])
+        newest, behind, running = self.group.max([float(mark), behind, running])
         if not running:
             self.mark = None
         elif not behind:
-            self.mark = max(int(mark), int(self.clock() * 1000))
+            self.mark = max(int(newest), int(self.clock() * 1000))
         else:
-            self.mark = int(mark)
+            self.mark = int(newest)
 
     def decide(self, inputs: Inputs, wants: Wants) -> Decision:
         self._agree_mark(inputs)
@@ -137,7 +136,7 @@ class DataParallel(Coordinator):
 
     # -- checkpoints --------------------------------------------------------------------
     def save(self, snapshot: Snapshot, stepper) -> None:
-        mine = {
+        mine: dict = {
             "position": snapshot.position,
             "pending": {n: table_bytes(t) for n, t in snapshot.pending.items()},
             "horizons": snapshot.horizons,
@@ -148,6 +147,8 @@ class DataParallel(Coordinator):
         reply: dict = {"error": None, "merged": []}
         if self.rank == 0:
             try:
+                if gathered is None:
+                    raise RuntimeError("rank 0 gathered no positions")
                 reply["merged"] = self._merge(gathered)
                 position = {
                     "mode": self.mode,
@@ -208,7 +209,8 @@ class DataParallel(Coordinator):
     def restore(self) -> Resumed | None:
         """Rank 0 reads the checkpoint; each rank gets its own position, all get the model."""
         meta: dict = {"error": None, "step": None}
-        payloads, state = None, None
+        payloads: list[dict] | None = None
+        state: dict | None = None
         if self.rank == 0:
             try:
                 ckpt = load_latest(self.checkpoints)
@@ -239,9 +241,11 @@ class DataParallel(Coordinator):
             return None
         mine = self.group.scatter(payloads)
         state = self.group.broadcast(state)
+        if mine is None or state is None:  # rank 0 read a checkpoint: it sends every rank both
+            raise RuntimeError(f"rank {self.rank}: rank 0 sent no checkpoint state for step {meta['step']}")
         merged = set(self.group.broadcast(sorted(self.global_consumed)))
         pending = {n: bytes_table(raw) for n, raw in mine["pending"].items()}
-        return Resumed(Path(meta["path"]), int(meta["step"]), state, mine["position"], pending, merged)
+        return Resumed(meta["path"], int(meta["step"]), state, mine["position"], pending, merged)
 
     def consumed(self, local: dict[str, dict]) -> dict[str, dict]:
         return self.global_consumed if self.rank == 0 else local

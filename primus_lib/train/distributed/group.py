@@ -12,11 +12,15 @@ holds on every rank. CPU tensors go over gloo; with CUDA the group is ``cpu:gloo
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")  # what a collective ships (pickled): every rank gets the same type back
 
 
 def world() -> tuple[int, int]:
@@ -64,7 +68,7 @@ class Group:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return tensor.tolist()
 
-    def reduce_grads(self, params: list[torch.nn.Parameter], tables: list[torch.nn.Parameter] = ()) -> None:
+    def reduce_grads(self, params: list[torch.nn.Parameter], tables: Sequence[torch.nn.Parameter] = ()) -> None:
         """Sum the gradients of ``params`` and of the embedding ``tables`` over ranks (missing = zero).
 
         Tables send only the rows some rank has a gradient for: one all-reduce of a row mask,
@@ -107,27 +111,27 @@ class Group:
                 if isinstance(tensor, torch.Tensor):
                     dist.broadcast(tensor, src=0)
 
-    def gather(self, obj: object) -> list[object] | None:
+    def gather(self, obj: T) -> list[T] | None:
         """Every rank's ``obj`` on rank 0 (None elsewhere)."""
         if not self.active:
             return [obj]
-        out: list[object] | None = [None] * self.size if self.rank == 0 else None
+        out: list[Any] | None = [None] * self.size if self.rank == 0 else None  # filled by gather_object
         dist.gather_object(obj, out, dst=0)
         return out
 
-    def scatter(self, objs: list[object] | None) -> object:
+    def scatter(self, objs: list[T] | None) -> T | None:
         """Rank 0's ``objs[r]`` on rank r."""
         if not self.active:
             return objs[0] if objs else None
-        out: list[object] = [None]
+        out: list[T | None] = [None]
         dist.scatter_object_list(out, objs if self.rank == 0 else None, src=0)
         return out[0]
 
-    def broadcast(self, obj: object) -> object:
+    def broadcast(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
         if not self.active:
             return obj
-        box = [obj if self.rank == 0 else None]
+        box: list[Any] = [obj if self.rank == 0 else None]  # rank 0's obj in its place after the collective
         dist.broadcast_object_list(box, src=0)
         return box[0]
 

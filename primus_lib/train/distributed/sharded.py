@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -64,7 +65,7 @@ CUDA_SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise"
 CPU_CAPABLE = ("table_wise", "column_wise", "table_column_wise")  # the CPU kernels (row_wise & co: CUDA only)
 
 
-def sharding_types(device: torch.device, wanted: list[str] | None = None) -> tuple[str, ...]:
+def sharding_types(device: torch.device, wanted: Sequence[str] | None = None) -> tuple[str, ...]:
     """The sharding types the planner may choose on ``device`` (``spec.training.sharding_types`` overrides).
 
     Default: table_wise on the CPU (gloo), table/row/column/table_row_wise on CUDA. data_parallel is
@@ -192,35 +193,41 @@ class ShardedStepper:
         return self.model.dense_parameters()
 
     # -- steps -----------------------------------------------------------------------------
-    def step(self, kind: str, batch: Batch | None, global_rows: int, group: Group | None = None) -> StepResult | None:
+    def step(
+        self, kind: str, batch: Batch | None, global_rows: int | None = None, group: Group | None = None
+    ) -> StepResult | None:
         """One step of ``kind`` on every rank together (collective).
 
         ``batch`` is this rank's rows (None or empty: it joins with a weight-0 dummy row); the
-        loss is this rank's loss sum over ``global_rows``; the sharded tables are updated in
-        backward, the towers ``kind`` trains after the gradient all-reduce.
+        loss is this rank's loss sum over ``global_rows`` (required: the ranks agree on it); the
+        sharded tables are updated in backward, the towers ``kind`` trains after the gradient all-reduce.
         """
+        if global_rows is None:
+            raise ValueError("a sharded step needs global_rows: the rows of the step over every rank")
         group = group or self.group
         self.model.train()
         for param in self.dense_parameters():
             param.grad = None
-        real = batch is not None and batch.size > 0
-        use = batch if real else self._pad
+        real = batch if batch is not None and batch.size > 0 else None
+        use = real if real is not None else self._pad
         sparse = use.sparse.to(self.device)
         dense, labels = use.dense.to(self.device), use.labels.to(self.device)
         x = self.model.inputs(self.model.embed(sparse), dense)
-        self.evidence.before_step(kind, batch.ids if real else None, labels if real else None, group)
+        self.evidence.before_step(
+            kind, real.ids if real is not None else None, labels if real is not None else None, group
+        )
         out = forward(self.model, self.config, kind, x, labels, self.evidence)
-        if real:
-            self.evidence.after_forward(kind, batch.ids, out)
-        loss_sum = out.loss.sum() * (1.0 if real else 0.0)
+        if real is not None:
+            self.evidence.after_forward(kind, real.ids, out)
+        loss_sum = out.loss.sum() * (1.0 if real is not None else 0.0)
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
         group.reduce_grads([p for t in out.towers for p in getattr(self.model, f"{t}_parameters")()])
         for tower in out.towers:
             self.optimizers[tower].step()
-        if not real:
+        if real is None:
             return None
         probs = progressive_probs(self.config, out, self.evidence)
-        return StepResult(out.towers, float(loss_sum.detach()) / batch.size, probs)
+        return StepResult(out.towers, float(loss_sum.detach()) / real.size, probs)
 
     @torch.no_grad()
     def predict(self, batch: Batch | None, output: str | None = None) -> np.ndarray:

@@ -181,6 +181,8 @@ def served_probs(
     if adapt_logit is None:
         raise ValueError(f"served output {output!r} needs the adapt tower (mode mtrm)")
     if output == "mixture":
+        if evidence.validation is None:
+            raise ValueError("served output 'mixture' needs the two towers' delayed validation (mode mtrm)")
         return evidence.validation.mixture(memory_logit, adapt_logit)
     return torch.sigmoid(adapt_logit if output == "adapt" else (memory_logit + adapt_logit) / 2)
 

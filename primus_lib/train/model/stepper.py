@@ -40,6 +40,8 @@ class Stepper(Protocol):
 
     def predict(self, batch: Batch, output: str | None = None) -> np.ndarray: ...
 
+    def state_dict(self) -> dict: ...
+
     def checkpoint_state(self, step: int) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
@@ -114,19 +116,24 @@ class LocalStepper:
         tables are summed over ranks (``group.reduce_grads``), so every rank applies the same update.
         Alone (no ``group``), the minibatch is the batch."""
         group = group or self.group
-        global_rows = global_rows if global_rows is not None else batch.size
+        if global_rows is None:
+            if batch is None:
+                raise ValueError("a step without rows needs global_rows: the rows of the step over every rank")
+            global_rows = batch.size
         towers = ("memory", "adapt") if kind == "stream" and self.config.two_towers else ("memory",)
         for param in self.params:
             param.grad = None
-        real = batch is not None and batch.size > 0
-        self.evidence.before_step(kind, batch.ids if real else None, batch.labels if real else None, group)
+        real = batch if batch is not None and batch.size > 0 else None
+        self.evidence.before_step(
+            kind, real.ids if real is not None else None, real.labels if real is not None else None, group
+        )
         result = None
-        if real:
-            out = self._forward(kind, batch)
+        if real is not None:
+            out = self._forward(kind, real)
             loss_sum = out.loss.sum()
             (loss_sum / global_rows).backward()  # fused tables: row-wise Adagrad runs inside backward
             probs = progressive_probs(self.config, out, self.evidence)
-            result = StepResult(out.towers, float(loss_sum.detach()) / batch.size, probs)
+            result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs)
         if group.active:
             group.reduce_grads([p for t in towers for p in self.tower_params[t]], self.tables)
         for tower in towers:

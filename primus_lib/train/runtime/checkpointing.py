@@ -10,9 +10,19 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from primus_lib.train.runtime.coordinator import SingleProcess, Snapshot
+from primus_lib.train.runtime.coordinator import Coordinator, SingleProcess, Snapshot
+
+if TYPE_CHECKING:
+    from primus_lib.train.model.stepper import Stepper
+    from primus_lib.train.runtime.feeds import StreamFeed
+    from primus_lib.train.runtime.input_metrics import InputMetrics
+    from primus_lib.train.runtime.inputs import Inputs
+    from primus_lib.train.runtime.sample_log import SampleLogWriter
+    from primus_lib.train.runtime.windows import WindowAccounting
 
 log = logging.getLogger("primus.trainer")
 
@@ -22,6 +32,21 @@ class Checkpointing:
 
     writer: ThreadPoolExecutor | None
     in_flight: tuple[Future, Snapshot] | None
+    # the trainer's, read and set here
+    mode: str
+    rank: int
+    size: int
+    step: int
+    last_checkpoint_step: int
+    last_checkpoint_at: float
+    coordinator: Coordinator
+    stepper: Stepper
+    inputs: Inputs
+    stream_feeds: dict[str, list[StreamFeed]]
+    windows: WindowAccounting
+    sample_log: SampleLogWriter
+    input_metrics: InputMetrics | None
+    _transfer: Callable[[], bool]  # staged rows into the buffers (lock held)
 
     def restore(self) -> None:
         resumed = self.coordinator.restore()

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 
 from primus_lib.progress import write_progress
+from primus_lib.storage import Where
 from primus_lib.train.checkpoint.store import check_checkpoint, load_latest, save_checkpoint
 from primus_lib.train.model.batch import Batch
 from primus_lib.train.model.objective import StepResult
@@ -64,7 +64,7 @@ class Snapshot:
 class Resumed:
     """What a process resumes from: the model state, its own position and unread rows."""
 
-    path: Path
+    path: str  # the checkpoint's URI, for the log (a world's other ranks learn it from rank 0)
     step: int
     state: dict
     position: dict
@@ -78,7 +78,7 @@ class Coordinator(ABC):
     rank = 0
     size = 1
 
-    def __init__(self, mode: str, checkpoints: Path, progress: Path):
+    def __init__(self, mode: str, checkpoints: Where, progress: Where):
         self.mode = mode
         self.checkpoints = checkpoints
         self.progress = progress
@@ -144,4 +144,4 @@ class SingleProcess(Coordinator):
         if ckpt is None:
             return None
         check_checkpoint(ckpt.path, ckpt.position, self.mode, 1)
-        return Resumed(ckpt.path, ckpt.step, ckpt.state, ckpt.position, dict(ckpt.pending))
+        return Resumed(str(ckpt.path), ckpt.step, ckpt.state, ckpt.position, dict(ckpt.pending))

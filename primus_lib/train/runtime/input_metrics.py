@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import TrainerMetrics
-from primus_lib.metrics.reporting import SnapshotWriter, guarded, serve_from_env, snapshot_name
+from primus_lib.metrics.reporting import SNAPSHOT_EVERY_SECONDS, SnapshotWriter, guarded, serve_from_env, snapshot_name
+from primus_lib.storage import Where
 
 
 class InputMetrics:
@@ -25,13 +25,13 @@ class InputMetrics:
         job_name: str,
         rank: int,
         registry: CollectorRegistry,
-        metrics_dir: Path,
+        metrics_dir: Where,
         queues_full: Callable[[], bool],
         every: float | None = None,
     ) -> None:
         self.metrics = TrainerMetrics(job_name, str(rank), registry=registry)
-        kwargs = {"every": every} if every is not None else {}
-        self.writer = SnapshotWriter(metrics_dir, snapshot_name("trainer", rank), registry, **kwargs)
+        every = every if every is not None else SNAPSHOT_EVERY_SECONDS
+        self.writer = SnapshotWriter(metrics_dir, snapshot_name("trainer", rank), registry, every)
         self.queues_full = queues_full  # every live buffer holds its read-ahead (Inputs.queues_full)
         self.wait = self.total = self.full = 0.0
         self.started = time.perf_counter()

@@ -83,6 +83,10 @@ class Inputs:
         self.stream_feeds: dict[str, list[StreamFeed]] = {}
         if reads(mode, "batch"):
             for stream in job.batch_streams:
+                if queue is None:
+                    raise ValueError(
+                        f"batch stream {stream.name!r}: mode {mode!r} reads it, but no training queue was given"
+                    )
                 self.batch_feeds[stream.name] = BatchFeed(queue, stream.name, stream.lag, self.ts, rank, size, where)
                 buffers.append(Buffer(stream.name, "batch", weights.get(stream.name, 1.0), self.ts))
         self.gates_batch = reads(mode, "stream") and not switches(mode)
@@ -149,18 +153,18 @@ class Inputs:
                     arrived = True
             staged.exhausted = all(f.ended() for f in feeds) if feeds else self.partitionless
         mark = self.watermark()
-        for name, feed in self.batch_feeds.items():
+        for name, batch_feed in self.batch_feeds.items():
             staged = self.staging[name]
             got = stalled = False
             while staged.rows + self.reader.buffers[name].rows < self.high:
-                table = feed.read(lambda at: mark is None or mark >= at, self.admit)
+                table = batch_feed.read(lambda at: mark is None or mark >= at, self.admit)
                 if table is None:  # nothing may be read now; stalled if no window is half read
-                    stalled = feed.seq == feed.done_seq
+                    stalled = batch_feed.seq == batch_feed.done_seq
                     break
-                self.staged_seqs.append(feed.seq)
+                self.staged_seqs.append(batch_feed.seq)
                 staged.push(table)
                 arrived = got = True
-            staged.exhausted = self.batch_finished(feed)
+            staged.exhausted = self.batch_finished(batch_feed)
             staged.drained = self.drained(name, stalled, got)
         return arrived
 
@@ -264,9 +268,9 @@ class Inputs:
 
     def seek(self, pos: dict, pending: dict[str, pa.Table | None]) -> None:
         """Seek the feeds and refill the buffers with the rows read but not trained."""
-        for name, feed in self.batch_feeds.items():
-            feed.seek(pos["batch"][name])
-            feed.next_window()
+        for name, batch_feed in self.batch_feeds.items():
+            batch_feed.seek(pos["batch"][name])
+            batch_feed.next_window()
         for name, feeds in self.stream_feeds.items():
             for feed, saved in zip(feeds, pos["stream"][name], strict=True):
                 feed.seek(saved)

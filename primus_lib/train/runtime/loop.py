@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -29,7 +30,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.distributed.ranks import open_rank_stream_readers
-from primus_lib.train.model.batch import Prepared, to_batch
+from primus_lib.train.model.batch import Batch, Prepared, to_batch
 from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
 from primus_lib.train.model.objective import StepConfig
 from primus_lib.train.model.stepper import Stepper, make_stepper
@@ -42,6 +43,9 @@ from primus_lib.train.runtime.options import TrainerOptions
 from primus_lib.train.runtime.prefetch import Prefetcher
 from primus_lib.train.runtime.sample_log import SampleLogWriter
 from primus_lib.train.runtime.windows import WindowAccounting
+
+if TYPE_CHECKING:
+    from primus_lib.train.runtime.input_metrics import InputMetrics
 
 log = logging.getLogger("primus.trainer")
 
@@ -141,7 +145,7 @@ class Trainer(Checkpointing):
 
         return DataParallel(self.mode, checkpoints, progress, group, window_ms, clock)
 
-    def _input_metrics(self):
+    def _input_metrics(self) -> InputMetrics | None:
         """The trainer's InputMetrics, or None when they cannot be set up (metrics never stop training)."""
         if not self.options.metrics:
             return None
@@ -211,6 +215,7 @@ class Trainer(Checkpointing):
         if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
         ids = self.ids_column
+        batch: Batch | None
         if prepared is not None:
             batch = prepared.batch
         else:
@@ -243,6 +248,7 @@ class Trainer(Checkpointing):
         limits = self.inputs.limits
         return (
             bool(marks)
+            and limits.until_ms is not None
             and max(marks) >= limits.until_ms + limits.window_ms
             and not any(b.rows for b in self.reader.buffers.values())
         )

@@ -26,9 +26,13 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+if TYPE_CHECKING:
+    from primus_lib.train.model.batch import Prepared
 
 
 def priority(weight: float, queued_rows: float, batch_size: int) -> float:
@@ -98,7 +102,7 @@ class Piece:
 
     def __init__(self, table: pa.Table):
         self.table = table
-        self.prepared: object | None = None
+        self.prepared: Prepared | None = None
         self.wanted = True  # still in its buffer: worth preparing
 
 
@@ -142,7 +146,7 @@ class Buffer:
             if piece.table.num_rows == size:
                 self.unbuilt.append(piece)
 
-    def take(self, n: int) -> tuple[pa.Table, object | None]:
+    def take(self, n: int) -> tuple[pa.Table, Prepared | None]:
         """Pop ``n`` rows from the head, with what was prepared from exactly them (or None)."""
         head = self.chunks[0] if self.chunks else None
         if head is not None and head.table.num_rows == n:
@@ -233,7 +237,7 @@ class PriorityReader:
         """Pop ``n`` rows of buffer ``name`` (the data-parallel trainer decides which buffer)."""
         return self.take(name, n)[0]
 
-    def take(self, name: str, n: int) -> tuple[pa.Table, object | None]:
+    def take(self, name: str, n: int) -> tuple[pa.Table, Prepared | None]:
         """``serve``, with what the prefetch thread prepared from exactly these rows (or None)."""
         buffer = self.buffers[name]
         rows, prepared = buffer.take(n)
@@ -249,7 +253,7 @@ class PriorityReader:
         rows_gauge.set(buffer.rows)  # the only buffer this changed
         return rows, prepared
 
-    def prepare_next(self, prepare: Callable[[str, pa.Table], object]) -> Callable[[], bool]:
+    def prepare_next(self, prepare: Callable[[str, pa.Table], Prepared]) -> Callable[[], bool]:
         """For the prefetch thread: prepare the oldest unprepared minibatch of each buffer with
         ``prepare(kind, rows)``; False when there was none. A failure leaves the minibatch to the
         training thread, which raises it."""

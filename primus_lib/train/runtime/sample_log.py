@@ -45,18 +45,19 @@ class SampleLogWriter:
             with open(self.path, "rb") as handle:
                 handle.seek(-1, os.SEEK_END)
                 fresh = "" if handle.read(1) == b"\n" else "\n"
-        self._write(f"{fresh}run {os.getpid()} resume {resumed_at}")
+        self._write(self.path, f"{fresh}run {os.getpid()} resume {resumed_at}")
 
     def step(self, step: int, stream: str, ids: list[str]) -> None:
         if self.path is not None:
-            self._write(f"step {step} {stream} {','.join(ids)} {len(ids)}")
+            self._write(self.path, f"step {step} {stream} {','.join(ids)} {len(ids)}")
 
     def checkpoint(self, step: int) -> None:
         if self.path is not None:
-            self._write(f"checkpoint {step}")
+            self._write(self.path, f"checkpoint {step}")
 
-    def _write(self, line: str) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    @staticmethod
+    def _write(path: Path, line: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
         finally:
