@@ -196,8 +196,9 @@ class SharedStateDiscovery(ExecutorDiscovery):
         thread.start()
 
     def unregister(self, index: int) -> None:
-        stop, thread = self._beats.pop(index, (None, None))
-        if stop is not None:
+        beat = self._beats.pop(index, None)
+        if beat is not None:
+            stop, thread = beat
             stop.set()
             thread.join(self.heartbeat + 30)
         (self.directory / f"{index}.json").delete()

@@ -241,10 +241,10 @@ def enforced(limits: Limits, name: str, *, watch: bool = True) -> Iterator[Enfor
     A runner that hosts several tasks (BatchExecutor) holds it with ``watch=False``."""
     global _depth, _active
     with _lock:
-        if _depth == 0:
-            _active = _apply(limits, name)
+        current = _active  # None exactly while _depth == 0: the outermost block applies the limits
+        if current is None:
+            current = _active = _apply(limits, name)
         _depth += 1
-        current = _active
     try:
         if watch:
             with current.guard.watching(name):

@@ -68,10 +68,11 @@ class LocalBackend(ResourceBackend):
     def status(self) -> JobStatus:
         table = read_json(self.dir / "table.json")
         roles_spec = self.job.spec.resources.roles
+        roles: dict[str, RoleStatus]
         if table is None:
             roles = {n: RoleStatus(n, desired=s.replicas, cpu=s.cpu, memory=s.memory) for n, s in roles_spec.items()}
             return JobStatus(self.job.name, "Stopped", roles, "not submitted")
-        roles: dict[str, RoleStatus] = {}
+        roles = {}
         for name, row in table["roles"].items():
             workers = row["workers"]
             roles[name] = RoleStatus(

@@ -11,11 +11,18 @@ process reattaches to the same clusters.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, TypeAlias
 
 from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.table import locked, read_json, resources_dir, write_json
 from primus_lib.spec.job import PrimusJob
+
+if TYPE_CHECKING:
+    from primus_lib.resources.kubernetes.backend import KubernetesBackend
+    from primus_lib.resources.yarn import YarnBackend
+
+    Member: TypeAlias = KubernetesBackend | YarnBackend  # a Kubernetes member has .cluster, a YARN one .idleness()
 
 BUSY_IDLENESS = 0.10  # a cluster with less than 10% free CPU or memory is busy
 
@@ -23,17 +30,15 @@ BUSY_IDLENESS = 0.10  # a cluster with less than 10% free CPU or memory is busy
 class MultiClusterBackend(ResourceBackend):
     name = "multicluster"
 
-    def __init__(
-        self, job: PrimusJob, spec_path: str | None = None, members: dict[str, ResourceBackend] | None = None
-    ) -> None:
+    def __init__(self, job: PrimusJob, spec_path: str | None = None, members: dict[str, Member] | None = None) -> None:
         super().__init__(job, spec_path)
         self.members = members if members is not None else self._members()
         for member in self.members.values():
             member.only = set()
         self._apply_placement()
 
-    def _members(self) -> dict[str, ResourceBackend]:
-        out: dict[str, ResourceBackend] = {}
+    def _members(self) -> dict[str, Member]:
+        out: dict[str, Member] = {}
         for target in self.job.spec.resources.clusters:
             if target.backend == "kubernetes":
                 from primus_lib.resources.kubernetes.backend import KubernetesBackend
@@ -64,7 +69,10 @@ class MultiClusterBackend(ResourceBackend):
         """A Kubernetes member's Capacity (nodes and pods, primus_lib/resources/kubernetes/capacity.py)."""
         from primus_lib.resources.kubernetes.capacity import capacity
 
-        return capacity(self.members[name].cluster)
+        member = self.members[name]
+        if not hasattr(member, "cluster"):
+            raise ResourceError(f"cluster {name!r} is not Kubernetes: its capacity is its YARN queue's (idleness)")
+        return capacity(member.cluster)
 
     def idleness(self, name: str) -> tuple[float, float, float, float]:
         """(free share, free cores, free bytes, total cores) of one cluster."""
@@ -104,7 +112,7 @@ class MultiClusterBackend(ResourceBackend):
         options.sort(reverse=True)
         return options[0][1]
 
-    def _where(self, role: str) -> ResourceBackend:
+    def _where(self, role: str) -> Member:
         placed = self.placement()
         if role not in placed:
             raise ResourceError(f"job {self.job.name!r}: role {role!r} is not placed on any cluster yet")

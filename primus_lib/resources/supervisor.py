@@ -137,6 +137,9 @@ class Supervisor:
                 self.launch(role, worker)
 
     def launch(self, role: Role, worker: Worker) -> None:
+        command = role.command
+        if command is None:  # start_waves starts only roles with a command
+            raise RuntimeError(f"role {role.name!r} has no command to launch")
         env = child_environment()
         env.update(limits.thread_env(limits.Limits(role.cpu, role.memory).threads))
         env.update(
@@ -153,17 +156,17 @@ class Supervisor:
         self.release_cgroup(worker)
         log = open(self.dir / "logs" / f"{role.name}-{worker.index}.log", "ab")
         try:
-            worker.proc = subprocess.Popen(
-                role.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            worker.proc = proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         except OSError as exc:
             worker.state, worker.exit_code = "failed", -1
-            self.message = f"role {role.name!r} worker {worker.index}: cannot start {role.command[0]!r}: {exc}"
+            self.message = f"role {role.name!r} worker {worker.index}: cannot start {command[0]!r}: {exc}"
             return
         finally:
             log.close()
         worker.state, worker.exit_code, worker._ps = "running", None, None
-        worker.cores = sorted(limits.pin_cores(worker.proc.pid, role.cpu, worker.index))  # spread by index
+        worker.cores = sorted(limits.pin_cores(proc.pid, role.cpu, worker.index))  # spread by index
         self.confine(role, worker)
 
     def confine(self, role: Role, worker: Worker) -> None:
@@ -181,7 +184,7 @@ class Supervisor:
             return
         try:
             quota = CpuQuota.make(parent, f"primus-{self.job.name}-{role.name}-{worker.index}", role.cpu)
-            quota.add(worker.proc.pid)
+            quota.add(worker.process.pid)
         except OSError as exc:
             self.message = f"role {role.name!r} worker {worker.index}: no cgroup v1 CPU quota under {parent}: {exc}"
             return
@@ -194,7 +197,7 @@ class Supervisor:
         name = f"primus-{self.job.name}-{role.name}-{worker.index}"
         try:
             group = cgroup.Cgroup.make(parent, name, cpu=role.cpu, memory_max=role.memory)
-            group.add(worker.proc.pid)
+            group.add(worker.process.pid)
         except OSError as exc:
             self.message = f"role {role.name!r} worker {worker.index}: no cgroup under {parent}: {exc}"
             return
@@ -232,7 +235,7 @@ class Supervisor:
         """Real accounting with psutil: RSS of the worker's process tree, CPU percent."""
         try:
             if worker._ps is None:
-                worker._ps = psutil.Process(worker.proc.pid)
+                worker._ps = psutil.Process(worker.process.pid)
                 worker._ps.cpu_percent(None)
             procs = [worker._ps, *worker._ps.children(recursive=True)]
             worker.rss = sum(p.memory_info().rss for p in procs)
@@ -245,7 +248,7 @@ class Supervisor:
                 f"role {role.name!r} worker {worker.index}: RSS {worker.rss} > limit {int(role.memory)}: OOM kill"
             )
             self.kill_tree(worker, signal.SIGKILL)
-            worker.proc.wait(5)
+            worker.process.wait(5)
             worker.exit_code = 137
             self.exited(role, worker, 137)
 
@@ -281,7 +284,7 @@ class Supervisor:
     # -- stopping ---------------------------------------------------------------------------
     def kill_tree(self, worker: Worker, sig: int) -> None:
         try:
-            os.killpg(worker.proc.pid, sig)
+            os.killpg(worker.process.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -32,6 +32,13 @@ class Worker:
     _group: Cgroup | None = None
     _quota: CpuQuota | None = None
 
+    @property
+    def process(self) -> subprocess.Popen:
+        """Its process, for the supervisor's steps that follow a successful ``launch``."""
+        if self.proc is None:
+            raise RuntimeError(f"worker {self.index}: no process (never launched)")
+        return self.proc
+
     def row(self) -> dict:
         ident = identity(self.proc.pid) if self.proc and self.state == "running" and self.proc.poll() is None else {}
         return {

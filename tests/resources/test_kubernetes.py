@@ -106,6 +106,30 @@ def test_crd_accepts_the_demo_job_and_rejects_a_bad_one(admin, job_env):
     assert err.value.status == 422 and "window" in err.value.body
 
 
+def test_a_primusjob_created_and_deleted_by_another_process_during_ensure_cr_is_an_error(
+    admin, job_env, kube_namespaces
+):
+    """ensure_cr reads (nothing), another submitter creates the PrimusJob, our create conflicts, the
+    other deletes it, our re-read finds nothing: a clear ResourceError, not None for a dict."""
+    cluster = Cluster(admin, kube_namespaces(admin), "a")
+    other = KubernetesBackend(k8s_job(), cluster=cluster)
+    reads = []
+
+    class Racing(KubernetesBackend):
+        def get_cr(self):
+            reads.append(len(reads))
+            if len(reads) == 1:  # after our read, before our create
+                other.ensure_cr()
+                return None
+            m_args = (m.GROUP, m.VERSION, self.ns, m.PLURAL, self.job.name)
+            other.cluster.custom.delete_namespaced_custom_object(*m_args)  # after our create conflicted
+            return super().get_cr()
+
+    with pytest.raises(ResourceError, match="created and deleted meanwhile"):
+        Racing(k8s_job(), cluster=cluster).ensure_cr()
+    assert reads == [0, 1] and other.get_cr() is None
+
+
 def test_submit_runs_the_roles_in_start_order_on_nodes_without_duplicates(backend, kube_cluster):
     backend.submit()
     ns, c, job = backend.ns, backend.cluster, backend.job

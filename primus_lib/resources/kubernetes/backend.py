@@ -23,7 +23,7 @@ from typing import Any
 
 from primus_lib.credentials import current
 from primus_lib.resources import roles as role_rules
-from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
+from primus_lib.resources.base import JobStatus, Phase, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.cluster import Cluster, api_client_for
 from primus_lib.resources.kubernetes.names import (
@@ -111,8 +111,15 @@ class KubernetesBackend(ResourceBackend):
             )
         except ApiException as exc:
             if _conflict(exc):
-                return self.get_cr()
+                return self._created_meanwhile()
             raise ResourceError(f"job {self.job.name!r}: the API server rejected the PrimusJob: {exc.body}") from exc
+
+    def _created_meanwhile(self) -> dict:
+        """The PrimusJob another process created between our read and our create."""
+        existing = self.get_cr()
+        if existing is None:
+            raise ResourceError(f"job {self.job.name!r}: the PrimusJob was created and deleted meanwhile; retry")
+        return existing
 
     def set_cr_status(self, status: JobStatus) -> None:
         body = {
@@ -255,7 +262,7 @@ class KubernetesBackend(ResourceBackend):
         waiting = {n: r for n, r in roles.items() if "unschedulable" in r.note}
         message = "; ".join(f"role {n!r}: {r.note}" for n, r in waiting.items())
         stuck = any(r.running == 0 for r in waiting.values())  # a role with no pod running at all
-        phase = "Running" if len(started) == len(roles) and not stuck else "Pending"
+        phase: Phase = "Running" if len(started) == len(roles) and not stuck else "Pending"
         return JobStatus(self.job.name, phase, roles, message)
 
     def reconcile(self) -> JobStatus:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from primus_lib.resources.kubernetes.names import INDEXED_JOB_MIN, PYTORCHJOB
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
 def api_client_for(kubeconfig: str | None = None, context: str | None = None):
@@ -28,7 +32,7 @@ def api_client_for(kubeconfig: str | None = None, context: str | None = None):
 class Cluster:
     """One API server, its namespace, and what it can do (server version, Kubeflow CRD)."""
 
-    api: object  # kubernetes.client.ApiClient
+    api: ApiClient
     namespace: str = "default"
     name: str = "default"
 

@@ -89,11 +89,13 @@ class YarnBackend(ResourceBackend):
     ) -> None:
         super().__init__(job, spec_path)
         target = target or next((c for c in job.spec.resources.clusters if c.backend == "yarn"), None)
-        if client is None and (target is None or not target.resource_manager):
-            raise ResourceError(f"job {job.name!r}: the yarn backend needs a cluster with resource_manager")
+        if client is None:
+            if target is None or not target.resource_manager:
+                raise ResourceError(f"job {job.name!r}: the yarn backend needs a cluster with resource_manager")
+            client = YarnClient(target.resource_manager, user=target.user)
         self.target = target
         self.queue = target.queue if target else "default"
-        self.client = client or YarnClient(target.resource_manager, user=target.user)
+        self.client = client
         self.only = set(roles) if roles is not None else None
         self.python = (target.python if target else None) or sys.executable
         self._finished_attempts: dict[str, int] = {}  # attempts of finished apps never change

@@ -26,6 +26,8 @@ SASL_CALL_ID, CONTEXT_CALL_ID = -33, -3
 FINAL_STATUS = {"UNDEFINED": 0, "SUCCEEDED": 1, "FAILED": 2, "KILLED": 3}
 AM_RESYNC, AM_SHUTDOWN = 1, 2
 _SASL_SUCCESS, _SASL_NEGOTIATE, _SASL_INITIATE, _SASL_CHALLENGE, _SASL_RESPONSE = range(5)
+# what pb() can encode: a varint, a fixed32, a length-delimited string or message, or nothing
+FieldValue = bool | int | float | str | bytes | None
 
 
 class IpcError(RuntimeError):
@@ -58,7 +60,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def pb(*fields: tuple[int, object]) -> bytes:
+def pb(*fields: tuple[int, FieldValue]) -> bytes:
     """Encode (number, value) pairs: int -> varint (negatives as 64-bit, like int32/int64),
     float -> fixed32, str/bytes -> length-delimited; None is skipped."""
     out = bytearray()
@@ -90,6 +92,7 @@ def unpb(buf: bytes) -> dict[int, list]:
     """Decode a message into {field number: [values]} (varints as int, the rest as bytes)."""
     fields: dict[int, list] = {}
     pos = 0
+    value: int | bytes
     while pos < len(buf):
         key, pos = _read_varint(buf, pos)
         number, wire = key >> 3, key & 7
