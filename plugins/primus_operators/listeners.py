@@ -45,19 +45,20 @@ def ensure_pool(name: str, slots: int) -> bool:
     return True
 
 
-def _ensure_pools(pools: list[str]) -> None:
+def _ensure_pools(pools: dict[str, str]) -> None:
+    """``pools``: each Primus pool of the run -> its job."""
     try:
-        for pool in pools:
-            ensure_pool(pool, pool_size(pool_job(pool)))
+        for pool, job in pools.items():
+            ensure_pool(pool, pool_size(job))
     except Exception:  # never let a pool problem escape into the scheduler
-        log.exception("primus: could not ensure pools %s", pools)
+        log.exception("primus: could not ensure pools %s", sorted(pools))
 
 
 @hookimpl
 def on_dag_run_running(dag_run, msg: str) -> None:
     try:
         dag = dag_run.dag
-        pools = sorted({t.pool for t in dag.tasks if pool_job(t.pool)}) if dag else []
+        pools = {t.pool: job for t in dag.tasks if (job := pool_job(t.pool))} if dag else {}
     except Exception:  # a listener must never break the scheduler loop
         log.exception("primus: could not read the pools of a DAG run")
         return

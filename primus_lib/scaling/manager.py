@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
@@ -26,6 +26,7 @@ from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger("primus.scaling")
 HISTORY_KEEP_SECONDS = 3600.0
+_Family = TypeVar("_Family", Counter, Gauge)
 
 
 class Actuator(Protocol):
@@ -34,16 +35,25 @@ class Actuator(Protocol):
     def apply(self, decision: Decision) -> None: ...
 
 
+def _registered(registry: CollectorRegistry, name: str, kind: type[_Family]) -> _Family | None:
+    """The family an earlier manager registered under ``name`` (one per registry), if any."""
+    found = registry._names_to_collectors.get(name)
+    if found is None or isinstance(found, kind):
+        return found
+    raise TypeError(f"metric {name!r} is registered as a {type(found).__name__}, not a {kind.__name__}")
+
+
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        found = registry._names_to_collectors
-        self.decisions = found.get(n.DECISIONS.removesuffix("_total")) or Counter(
+        self.decisions = _registered(registry, n.DECISIONS.removesuffix("_total"), Counter) or Counter(
             n.DECISIONS, "Scaling decisions applied", ("primus_job", "policy", "action"), registry=registry
         )
-        self.target = found.get(n.TARGET) or Gauge(
+        self.target = _registered(registry, n.TARGET, Gauge) or Gauge(
             n.TARGET, "Allocation after the latest decision", ("primus_job", "role", "resource"), registry=registry
         )
-        self.load = found.get(n.LOAD) or Gauge(n.LOAD, "Horizontal load L_u", ("primus_job",), registry=registry)
+        self.load = _registered(registry, n.LOAD, Gauge) or Gauge(
+            n.LOAD, "Horizontal load L_u", ("primus_job",), registry=registry
+        )
 
 
 class ScalingManager:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from primus_lib.allocation import allocations_dir, record_allocation
+from primus_lib.allocation import allocations_dir, record_allocation, role_resources
 from primus_lib.metrics.readers import (
     MetricsReader,
     PrometheusReader,
@@ -88,5 +88,8 @@ def scaling_step(
 
 def _share_resources(job: PrimusJob, decision: Decision) -> None:
     """Mirror the role's resources to scaling/resources.json, where role_resources() reads them."""
-    if decision.action == "resize":
-        record_allocation(allocations_dir(job), decision.role, decision.cpu, decision.memory)
+    if decision.action == "resize":  # a part it leaves None is unchanged (as for the backend's resize)
+        cpu, memory = role_resources(job, decision.role)
+        cpu = decision.cpu if decision.cpu is not None else cpu
+        memory = decision.memory if decision.memory is not None else memory
+        record_allocation(allocations_dir(job), decision.role, cpu, memory)

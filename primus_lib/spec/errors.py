@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _expected(error: dict[str, Any]) -> str:
+def _expected(error: ErrorDetails) -> str:
     kind = error["type"]
     msg: str = error["msg"]
     ctx = error.get("ctx") or {}

@@ -152,7 +152,7 @@ class PrimusJob(SpecModel):
 
     def connection_ids(self) -> dict[str, str]:
         """Every connection the spec names -> the field that names it first."""
-        named = {}
+        named: dict[str, str] = {}
         storage = self.spec.storage
         for conn_id, where in [
             (storage.connection_id, "spec.storage.connection_id"),

@@ -18,7 +18,7 @@ def _summary(output: Any) -> Any:
         return output
     if hasattr(output, "to_dict"):
         return output.to_dict()
-    if dataclasses.is_dataclass(output):
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):  # an instance, not a dataclass itself
         return {
             k: (str(v) if not isinstance(v, (int, float, str, bool, type(None))) else v)
             for k, v in dataclasses.asdict(output).items()

@@ -111,7 +111,9 @@ class PrimusWindowTimetable(Timetable):
         its backfill names runs itself (``backfill__<run_after>``, apache/airflow#56374).
         """
         if data_interval is None:
-            return super().generate_run_id(run_type=run_type, run_after=run_after, data_interval=None, **extra)
+            return super().generate_run_id(
+                run_type=run_type, run_after=_pendulum(run_after), data_interval=None, **extra
+            )
         suffix = f"window_{window_label(data_interval.start)}"
         if DagRunType(run_type) == DagRunType.MANUAL:
             suffix += f"_at_{_utc(run_after):%Y-%m-%dT%H:%M:%SZ}"
