@@ -139,6 +139,8 @@ def test_kubernetes_default_commands_keep_their_own_expansion(tmp_path):
 class FakeRM:
     """Records the submission context the backend sends (no ResourceManager needed)."""
 
+    url, user = "http://rm:8088", "primus"  # the cluster's key (staging.JobSecrets) and user
+
     def __init__(self) -> None:
         self.contexts: list[dict] = []
 

@@ -13,6 +13,8 @@ The child stays in the container's process group (the NodeManager signals the gr
 PR_SET_PDEATHSIG=SIGKILL, so a kill -9 of this process never leaves the role's command running.
 The scheduler address (host:port) is an argument the backend writes; the AMRMToken is in the
 container's token file (YARN's $HADOOP_TOKEN_FILE_LOCATION, read through primus_lib.settings).
+A relative $PRIMUS_SECRETS_DIR (the job's connections, a LocalResource: staging.py) is made
+absolute against the container's working directory for the command.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from primus_lib.resources.yarn.ipc import (
     decode_command,
     read_tokens,
 )
-from primus_lib.settings import settings
+from primus_lib.settings import child_environment, settings
 
 HEARTBEAT_SECONDS = 1.0
 RECONNECT_SECONDS = 60.0
@@ -69,6 +71,16 @@ def amrm_token():
         if token.kind == AMRM_TOKEN_KIND:
             return token
     raise SystemExit(f"primus-am: no {AMRM_TOKEN_KIND} in {path} (found {[t.kind for t in tokens]})")
+
+
+def command_environment() -> dict[str, str]:
+    """The container's environment for the role's command, a relative ``PRIMUS_SECRETS_DIR`` (the
+    job's connections, localized into the container's working directory) made absolute: the command
+    may change its directory."""
+    secrets = settings().secrets_dir
+    if secrets is None or secrets.is_absolute():
+        return child_environment()
+    return child_environment(PRIMUS_SECRETS_DIR=str(secrets.absolute()))
 
 
 def exit_code(returncode: int) -> int:
@@ -123,7 +135,7 @@ class Master:
         host = socket.gethostname()
         self.client.register(host)
         log(f"registered with the RM at {self.client.address[0]}:{self.client.address[1]}; running {self.command}")
-        self.child = subprocess.Popen(self.command, preexec_fn=_die_with_parent)
+        self.child = subprocess.Popen(self.command, preexec_fn=_die_with_parent, env=command_environment())
         while True:
             code = self.child.poll()
             if code is not None:

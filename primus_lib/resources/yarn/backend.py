@@ -12,7 +12,9 @@
 - a stream executor's default command is ``primus executor SPEC --index I --replicas N`` bound to
   every address on a free port; it announces itself under the job's shared state;
 - desired replicas / size after scale or resize are kept in resources/yarn.json (like
-  placement.json): the RM keeps no such record.
+  placement.json): the RM keeps no such record;
+- the job's connections reach the workers as a LocalResource staged on the cluster's HDFS
+  (staging.py), never as the caller's PRIMUS_SECRETS_DIR (a path on the submitting host).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from primus_lib.resources import roles as role_rules
 from primus_lib.resources.base import JobStatus, ResourceBackend, ResourceError, RoleStatus
 from primus_lib.resources.table import locked, read_json, resources_dir, write_json
 from primus_lib.resources.yarn.client import LIVE_STATES, MIB, YarnClient, submission_context
+from primus_lib.resources.yarn.staging import JobSecrets, worker_environment
 from primus_lib.settings import child_environment
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.resources import ClusterTarget
@@ -99,6 +102,7 @@ class YarnBackend(ResourceBackend):
         self.only = set(roles) if roles is not None else None
         self.python = (target.python if target else None) or sys.executable
         self._finished_attempts: dict[str, int] = {}  # attempts of finished apps never change
+        self.secrets = JobSecrets(job, client)  # the job's connections, staged on the cluster's HDFS
 
     # -- what is wanted -------------------------------------------------------------------------
     def roles(self) -> list[str]:
@@ -189,7 +193,8 @@ class YarnBackend(ResourceBackend):
         if role == EXECUTOR_ROLE and not spec.command:  # serve on the NodeManager's host, found through
             # the job's shared state (discovery.SharedStateDiscovery advertises the host's name)
             command += ["--index", str(index), "--replicas", str(replicas), "--host", "0.0.0.0", "--port", "0"]
-        env = {k: v for k, v in child_environment().items() if k.startswith(PASS_ENV_PREFIXES)}
+        staged = self.secrets.for_worker()
+        env = worker_environment(child_environment(), PASS_ENV_PREFIXES, staged)
         env.update(
             {
                 "PRIMUS_JOB": self.job.name,
@@ -215,6 +220,7 @@ class YarnBackend(ResourceBackend):
                 spec.max_restarts + 1,
                 self.python,
                 scheduler=self.client.scheduler_address(),
+                local_resources=[staged.local_resource()] if staged else None,
             )
         )
         return app_id
@@ -336,6 +342,8 @@ class YarnBackend(ResourceBackend):
         return current
 
     def submit(self) -> JobStatus:
+        if not any(is_live(a) for a in self.job_apps()):
+            self.secrets.discard()  # a new submission: its connections as resolved now, not a stale copy
         return self.reconcile()
 
     def ensure_running(self) -> JobStatus:
@@ -370,6 +378,8 @@ class YarnBackend(ResourceBackend):
                 self._kill(app)
                 killed.append(app["id"])
         self._wait_ended(killed)
+        if not any(is_live(a) for a in self.job_apps()):  # other roles of the job may run here still
+            self.secrets.discard()
 
     def idleness(self) -> tuple[float, float, float, float]:
         """(free share, free cores, free bytes, total cores) from the RM's cluster metrics."""

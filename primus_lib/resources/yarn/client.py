@@ -140,10 +140,12 @@ def submission_context(
     attempts: int,
     python: str,
     scheduler: str = "",
+    local_resources: list[dict] | None = None,
 ) -> dict:
     """The application-submission-context (Cluster Applications API): the AM container runs our AM
     (primus_lib.resources.yarn.am) with the RM's scheduler address and ``command`` (base64: no quote
-    reaches the launch script) as arguments; it registers with the RM and runs ``command`` as its child."""
+    reaches the launch script) as arguments; it registers with the RM and runs ``command`` as its child.
+    ``local_resources``: ``{"key": NAME, "value": {...}}`` entries the NodeManager localizes first."""
     where = f" --scheduler {shlex.quote(scheduler)}" if scheduler else ""
     am = (
         f"{shlex.quote(python)} -m {AM_MODULE}{where} --command {encode_command(command)} "
@@ -158,6 +160,7 @@ def submission_context(
         "am-container-spec": {
             "commands": {"command": am},
             "environment": {"entry": [{"key": k, "value": v} for k, v in sorted(env.items())]},
+            **({"local-resources": {"entry": local_resources}} if local_resources else {}),
         },
         "resource": {"memory": int(math.ceil(memory / MIB)), "vCores": max(1, int(math.ceil(cpu)))},
         "max-app-attempts": attempts,
