@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from primus_lib.credentials import StorageCredentials
 
 WINDOW_ID_FORMAT = "%Y%m%dT%H%M%SZ"
+SQLITE_LEDGER = "ledger.sqlite"  # under the job's root, when the spec names no database
 
 
 def window_id(start: datetime) -> str:
@@ -105,7 +106,12 @@ class JobPaths:
                 conn = current().connection(self.database_connection_id, where)
                 url = url.set(username=conn.login or url.username, password=conn.password or url.password)
             return url
-        return self.root / "ledger.sqlite"
+        return self.root / SQLITE_LEDGER
+
+    @property
+    def sqlite_ledger(self) -> Path | None:
+        """The job's SQLite ledger file (its size and mtime tell when it changed); None with a database."""
+        return None if self.database else self.root / SQLITE_LEDGER
 
     def window_dir(self, stream: str, start: datetime) -> StorageLocation:
         return self.state / "windows" / stream / window_id(start)

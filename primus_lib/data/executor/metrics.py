@@ -34,9 +34,9 @@ def batch_backlog(job: PrimusJob) -> float:
     stale exactly when a window committed). Reading costs ~2 ms (SQLite through SQLAlchemy)."""
     paths = JobPaths.for_job(job)
     progress = paths.progress.version()
-    ledger = None if paths.database else paths.ledger  # a Path (the SQLite file) unless a database is named
-    if not isinstance(ledger, Path) or progress is None:  # PostgreSQL, or progress.json on an object store:
-        return _read_backlog(job)  # no file to watch
+    ledger = paths.sqlite_ledger
+    if ledger is None or progress is None:  # PostgreSQL, or progress.json on an object store: no file to watch
+        return _read_backlog(job)
     key = (str(ledger), job.spec.airflow.max_active_runs, tuple(sorted(s.name for s in job.batch_streams)))
     state = [_stat(ledger), _stat(Path(f"{ledger}-wal")), progress]
     cached = _backlogs.get(key)
@@ -69,11 +69,11 @@ def _read_backlog(job: PrimusJob) -> float:
     streams = {s.name for s in job.batch_streams}
     if not streams:
         return 0.0
-    ledger = paths.ledger
-    if not isinstance(ledger, Path):  # the database the spec names
-        windows = [(w.stream, w.window) for w in _queue(str(ledger), ledger).windows()]
-    elif ledger.exists():  # the SQLite file, once a role made it
-        windows = _queued_in_sqlite(ledger)
+    sqlite = paths.sqlite_ledger
+    if sqlite is None:  # the database the spec names
+        windows = [(w.stream, w.window) for w in _queue(str(paths.ledger), paths.ledger).windows()]
+    elif sqlite.exists():  # the SQLite file, once a role made it
+        windows = _queued_in_sqlite(sqlite)
     else:
         return 0.0
     queued = {progress_key(stream, window) for stream, window in windows if stream in streams}
