@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from primus_lib.data.shards import read_manifest, read_shard
+from primus_lib.data.shards import Manifest, read_manifest, read_shard
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.paths import parse_window_id
@@ -23,6 +24,12 @@ from primus_lib.timegrid import epoch_ms
 from primus_lib.train.distributed.ranks import owns_shard
 
 SEQ_COLUMN = "__seq"  # tags batch rows with their queue entry, to know when a window is consumed
+
+
+@lru_cache(maxsize=4096)
+def window_start_ms(window: str) -> int:
+    """A window id's start in epoch ms, parsed once: every read asks for the same few (strptime is slow)."""
+    return epoch_ms(parse_window_id(window))
 
 
 class BatchFeed:
@@ -55,6 +62,7 @@ class BatchFeed:
         self.done_seq = 0  # last window fully read
         self.windows: dict[int, QueuedWindow] = {}
         self.peeked: tuple[int, QueuedWindow] | None = None  # (done_seq, the window after it)
+        self.manifest: tuple[int, Manifest] | None = None  # (seq, the manifest of the window being read)
 
     def position(self) -> dict:
         return {"seq": self.seq, "shard": self.shard, "done_seq": self.done_seq}
@@ -87,12 +95,9 @@ class BatchFeed:
         window = self.next_window()
         if window is None or not admit(window):
             return None
-        start_ms = epoch_ms(parse_window_id(window.window))
-        if not gate(start_ms + self.lag_ms):
+        if not gate(window_start_ms(window.window) + self.lag_ms):
             return None
-        manifest = read_manifest(self.where(window.path))
-        if manifest is None:
-            raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
+        manifest = self._manifest(window)
         if self.seq != window.seq:
             self.seq, self.shard = window.seq, 0
         self._skip_foreign(len(manifest.shards))
@@ -108,6 +113,16 @@ class BatchFeed:
         if self.shard >= len(manifest.shards):
             self.done_seq = window.seq
         return table.append_column(SEQ_COLUMN, pa.array(np.full(table.num_rows, window.seq, np.int64)))
+
+    def _manifest(self, window: QueuedWindow) -> Manifest:
+        """The window's manifest, read and its parts checked once per window (a committed window does
+        not change; each shard's digest is checked as it is read): not once per shard."""
+        if self.manifest is None or self.manifest[0] != window.seq:
+            manifest = read_manifest(self.where(window.path))
+            if manifest is None:
+                raise FileNotFoundError(f"{window.path}: queued window {window.window} has no manifest.json")
+            self.manifest = (window.seq, manifest)
+        return self.manifest[1]
 
     def _skip_foreign(self, shards: int) -> None:
         while self.shard < shards and not owns_shard(self.shard, self.rank, self.size):

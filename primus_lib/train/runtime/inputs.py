@@ -28,12 +28,10 @@ from prometheus_client import CollectorRegistry
 
 from primus_lib.data.stream import StreamReader
 from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
-from primus_lib.paths import parse_window_id
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
-from primus_lib.timegrid import epoch_ms
 from primus_lib.train.model.modes import reads, switches
-from primus_lib.train.runtime.feeds import BatchFeed, StreamFeed
+from primus_lib.train.runtime.feeds import BatchFeed, StreamFeed, window_start_ms
 from primus_lib.train.runtime.priority import Buffer, PriorityReader
 
 NEVER = -(2**62)
@@ -131,7 +129,7 @@ class Inputs:
 
     # -- reading (prefetch thread or inline, under ``lock``) ------------------------------
     def admit(self, window: QueuedWindow) -> bool:
-        start = epoch_ms(parse_window_id(window.window))
+        start = window_start_ms(window.window)
         limits = self.limits
         if limits.until_ms is not None and start > limits.until_ms:
             return False
@@ -187,7 +185,7 @@ class Inputs:
         last = feed.windows.get(feed.done_seq)
         if last is None:
             return False
-        start = epoch_ms(parse_window_id(last.window))
+        start = window_start_ms(last.window)
         limits = self.limits
         if limits.until_ms is not None and start >= limits.until_ms:
             return True

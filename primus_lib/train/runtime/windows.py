@@ -100,7 +100,10 @@ class WindowAccounting:
         return key
 
     def _stats(self, key: str) -> WindowStats:
-        return self.stats.setdefault(key, WindowStats())
+        stats = self.stats.get(key)
+        if stats is None:  # not setdefault: it would build (and zero) a WindowStats every step
+            stats = self.stats[key] = WindowStats()
+        return stats
 
     def window_done(self, seq: int) -> None:
         key = self.seq_rows.pop(seq)[0]
