@@ -183,3 +183,16 @@ def test_the_towers_multi_tensor_adam_is_bit_equal_to_torchs_default(tiny):
     resumed = LocalStepper(job, mode="mtrm")
     resumed.load_state_dict(plain.state_dict())  # a checkpoint written with foreach=False
     assert all(g["foreach"] for opt in resumed.optimizers.values() for g in opt.param_groups)
+
+
+@pytest.mark.parametrize("kind", ["batch", "stream"])
+def test_the_hook_before_backward_runs_once_a_step_before_the_gradients(tiny, kind):
+    """``before_backward`` (the trainer's prefetch thread works during backward) runs once per step, when
+    no gradient is computed yet."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode="mtrm")
+    seen = []
+    stepper.before_backward = lambda: seen.append([p.grad for p in stepper.model.memory_parameters()])
+    stepper.step(kind, _batch(job))
+    assert len(seen) == 1 and all(g is None for g in seen[0])
+    assert all(p.grad is not None for p in stepper.model.memory_parameters())

@@ -205,3 +205,33 @@ def test_fill_leaves_the_lock_alone_only_while_nothing_waits_to_move(tiny):
     inputs.staged_seqs.append(1)
     assert not inputs.nothing_staged()
     inputs.close()
+
+
+def test_deferred_wakes_wait_for_the_release():
+    """With ``defer`` the trainer's wakes wait for ``release`` (its next backward pass); without, they go at once."""
+    lock = threading.Lock()
+    deferred = Prefetcher(lambda: False, lock, 0.01, defer=True)  # not started: the wake flags alone
+    deferred.consumed()
+    assert not deferred.wanted.is_set()
+    deferred.release()
+    assert deferred.wanted.is_set()
+    deferred.wanted.clear()
+    deferred.release()  # nothing deferred: no wake
+    assert not deferred.wanted.is_set()
+    immediate = Prefetcher(lambda: False, lock, 0.01)
+    immediate.consumed()
+    assert immediate.wanted.is_set()
+
+
+def test_the_prefetch_thread_is_woken_at_each_backward_pass(tiny, monkeypatch):
+    """One process: the stepper releases the prefetch thread's deferred wakes just before backward,
+    once a step, and the hook is gone when the run ends."""
+    _, job = tiny
+    commit_windows(job, range(6))
+    released = []
+    monkeypatch.setattr(Prefetcher, "release", lambda self: released.append(self.defer))
+    options = TrainerOptions(until_window="20261101T010000Z", poll_interval=0.01)
+    trainer = Trainer(job, options, {"realtime": [TableStreamReader(_events(job, 6))]})
+    trainer.run()
+    assert trainer.step > 0 and len(released) >= trainer.step and all(released)
+    assert trainer.stepper.before_backward is None

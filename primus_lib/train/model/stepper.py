@@ -10,6 +10,7 @@ steps each tower on its own loss (the adapt tower's never reaches the memory tow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -68,6 +69,8 @@ class LocalStepper:
     """A model whose tables this process holds; one step of one minibatch kind at a time."""
 
     syncs_towers = False
+    # called just before each backward pass, which runs without the GIL (the trainer's prefetch thread works then)
+    before_backward: Callable[[], None] | None = None
 
     def __init__(self, job: PrimusJob, config: StepConfig | None = None, *, tables: Tables = "fused", **overrides):
         self.config = config or StepConfig.resolve(job, **overrides)
@@ -131,6 +134,8 @@ class LocalStepper:
         if real is not None:
             out = self._forward(kind, real)
             loss_sum = out.loss.sum()
+            if self.before_backward is not None:
+                self.before_backward()
             (loss_sum / global_rows).backward()  # fused tables: row-wise Adagrad runs inside backward
             probs = progressive_probs(self.config, out, self.evidence)
             result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs)

@@ -33,7 +33,7 @@ from primus_lib.train.distributed.ranks import open_rank_stream_readers
 from primus_lib.train.model.batch import Batch, Prepared, to_batch
 from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
 from primus_lib.train.model.objective import StepConfig
-from primus_lib.train.model.stepper import Stepper, make_stepper
+from primus_lib.train.model.stepper import LocalStepper, Stepper, make_stepper
 from primus_lib.train.runtime.checkpointing import Checkpointing
 from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
 from primus_lib.train.runtime.feeds import open_stream_readers
@@ -176,6 +176,8 @@ class Trainer(Checkpointing):
         full = self.inputs.any_full()
         if full and self.inputs.nothing_staged():  # the common case: train on, no lock taken
             return False
+        if not full:
+            self.prefetch.release()  # starved: a deferred wake goes now
         if not lock.acquire(blocking=not full):
             return False
         try:
@@ -259,19 +261,14 @@ class Trainer(Checkpointing):
         try:
             self.restore()
             if self.options.prefetch:
-                self.prefetch = Prefetcher(
-                    self.inputs.read,
-                    self.inputs.lock,
-                    self.options.poll_interval,
-                    full=self.inputs.queues_full,
-                    prepare=self.reader.prepare_next(self.prepare) if self.prepares else None,
-                )
-                self.prefetch.start()
+                self._start_prefetch()
             try:
                 self.loop()
             finally:
                 if self.prefetch is not None:
                     self.prefetch.stop()
+                    if isinstance(self.stepper, LocalStepper):
+                        self.stepper.before_backward = None
             self.checkpoint()
             self.publish_metrics()
         finally:  # on failure too (offsets are committed only by checkpoints, never by close)
@@ -285,6 +282,21 @@ class Trainer(Checkpointing):
             f"served {self.reader.served}"
         )
 
+    def _start_prefetch(self) -> None:
+        """The prefetch thread; one process with a local stepper wakes it at the step's backward pass."""
+        stepper = self.stepper if self.prepares and isinstance(self.stepper, LocalStepper) else None
+        self.prefetch = Prefetcher(
+            self.inputs.read,
+            self.inputs.lock,
+            self.options.poll_interval,
+            full=self.inputs.queues_full,
+            prepare=self.reader.prepare_next(self.prepare) if self.prepares else None,
+            defer=stepper is not None,
+        )
+        if stepper is not None:
+            stepper.before_backward = self.prefetch.release
+        self.prefetch.start()
+
     def loop(self) -> None:
         options = self.options
         idle_since = time.monotonic()
@@ -292,8 +304,8 @@ class Trainer(Checkpointing):
         began = fed = time.perf_counter()
         stepped = full = False
         while True:
-            if im is not None:  # the previous iteration, then this one's start
-                im.end(began, fed, stepped, full, live=self.inputs.stream_live())
+            if im is not None:  # the previous iteration, then this one's start (live: only read without a step)
+                im.end(began, fed, stepped, full, live=not stepped and self.inputs.stream_live())
                 began, full = im.begin(), im.queues_full()
             if self.in_flight is not None:
                 self.settle(block=False)
@@ -324,6 +336,8 @@ class Trainer(Checkpointing):
             if decision.idle:
                 log.info("no new data%s for %.0fs: exiting", " on any rank" if self.size > 1 else "", options.idle_exit)
                 break
+            if self.prefetch is not None:
+                self.prefetch.release()  # no step: no backward pass to wait for
             if not arrived:
                 pause = options.poll_interval if self.prefetch is None else min(options.poll_interval, 0.01)
                 time.sleep(max(0.001, pause))
