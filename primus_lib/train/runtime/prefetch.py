@@ -13,10 +13,10 @@ GIL after each one, to take it from the training thread only while that runs ker
 With ``defer`` the trainer's wakes wait for its next backward pass (``release``, which the stepper
 calls just before it): backward runs without the GIL for a good share of a step, so the thread
 reads and prepares then rather than between the step's kernels, where every hand-over of the GIL
-stalls the step. Measured on bench/train.py's 2-core machine: four minibatches prepared every
-fourth step beside a bare step loop slowed it 21%, the same started at backward 3.5%; in
-``primus train`` the deferral took 5% (MTRM) and 10% (single tower) off the wall time. A trainer
-that does not step releases the wake at once."""
+stalls the step. Measured on bench/train.py's 2-core machine: a minibatch prepared per step
+beside a bare MTRM step loop slowed it 18-30%, the same started at backward 2%; ``bench/train.py``
+went from 0.56-0.59x to 0.65-0.75x the bare loop for the single tower (MTRM: within its noise). A
+trainer that does not step releases the wake at once."""
 
 from __future__ import annotations
 
