@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -137,6 +137,7 @@ class ShardedStepper:
     """
 
     syncs_towers = True
+    before_backward: Callable[[], None] | None = None  # as LocalStepper's
 
     def __init__(
         self,
@@ -220,6 +221,8 @@ class ShardedStepper:
         if real is not None:
             self.evidence.after_forward(kind, real.ids, out)
         loss_sum = out.loss.sum() * (1.0 if real is not None else 0.0)
+        if self.before_backward is not None:
+            self.before_backward()
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
         group.reduce_grads([p for t in out.towers for p in getattr(self.model, f"{t}_parameters")()])
         for tower in out.towers:

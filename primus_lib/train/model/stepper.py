@@ -31,6 +31,7 @@ class Stepper(Protocol):
     config: StepConfig
     model: TwoTowerModel
     syncs_towers: bool  # True: it broadcasts its starting towers itself (collective construction)
+    before_backward: Callable[[], None] | None  # called just before each backward pass (the GIL is free then)
 
     @property
     def mode(self) -> str: ...

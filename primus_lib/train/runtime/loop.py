@@ -33,7 +33,7 @@ from primus_lib.train.distributed.ranks import open_rank_stream_readers
 from primus_lib.train.model.batch import Batch, Prepared, to_batch
 from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
 from primus_lib.train.model.objective import StepConfig
-from primus_lib.train.model.stepper import LocalStepper, Stepper, make_stepper
+from primus_lib.train.model.stepper import Stepper, make_stepper
 from primus_lib.train.runtime.checkpointing import Checkpointing
 from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
 from primus_lib.train.runtime.feeds import open_stream_readers
@@ -267,8 +267,7 @@ class Trainer(Checkpointing):
             finally:
                 if self.prefetch is not None:
                     self.prefetch.stop()
-                    if isinstance(self.stepper, LocalStepper):
-                        self.stepper.before_backward = None
+                    self.stepper.before_backward = None
             self.checkpoint()
             self.publish_metrics()
         finally:  # on failure too (offsets are committed only by checkpoints, never by close)
@@ -283,18 +282,17 @@ class Trainer(Checkpointing):
         )
 
     def _start_prefetch(self) -> None:
-        """The prefetch thread; one process with a local stepper wakes it at the step's backward pass."""
-        stepper = self.stepper if self.prepares and isinstance(self.stepper, LocalStepper) else None
+        """The prefetch thread; in one process the stepper wakes it at each backward pass."""
         self.prefetch = Prefetcher(
             self.inputs.read,
             self.inputs.lock,
             self.options.poll_interval,
             full=self.inputs.queues_full,
             prepare=self.reader.prepare_next(self.prepare) if self.prepares else None,
-            defer=stepper is not None,
+            defer=self.prepares,
         )
-        if stepper is not None:
-            stepper.before_backward = self.prefetch.release
+        if self.prepares:
+            self.stepper.before_backward = self.prefetch.release
         self.prefetch.start()
 
     def loop(self) -> None:
