@@ -11,18 +11,16 @@ Usage (an executor)::
 from __future__ import annotations
 
 import os
-from typing import TypeVar
 
 import psutil
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
-from prometheus_client.registry import Collector
 
 from primus_lib.metrics import names as n
+from primus_lib.metrics.registry import registered
 from primus_lib.resources.proctree import rss, tree
 from primus_lib.storage import Where, locate
 
 _LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
-M = TypeVar("M", Gauge, Counter)
 
 
 def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY):
@@ -41,19 +39,11 @@ def write_snapshot(directory: Where, name: str, registry: CollectorRegistry = RE
 
 
 def _gauge(registry: CollectorRegistry, name: str, doc: str) -> Gauge:
-    existing = registry._names_to_collectors.get(name)  # one family per registry, shared by workers
-    return Gauge(name, doc, _LABELS, registry=registry) if existing is None else _expect(existing, Gauge, name)
+    return registered(registry, name, Gauge) or Gauge(name, doc, _LABELS, registry=registry)
 
 
 def _counter(registry: CollectorRegistry, name: str, doc: str) -> Counter:
-    existing = registry._names_to_collectors.get(name.removesuffix("_total"))
-    return Counter(name, doc, _LABELS, registry=registry) if existing is None else _expect(existing, Counter, name)
-
-
-def _expect(existing: Collector, kind: type[M], name: str) -> M:
-    if not isinstance(existing, kind):
-        raise TypeError(f"metric {name}: already registered as a {type(existing).__name__}, expected a {kind.__name__}")
-    return existing
+    return registered(registry, name, Counter) or Counter(name, doc, _LABELS, registry=registry)
 
 
 class ExecutorMetrics:

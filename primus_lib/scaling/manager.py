@@ -12,12 +12,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from primus_lib.metrics import names as n
 from primus_lib.metrics.readers import MetricsReader, UsagePoint
+from primus_lib.metrics.registry import registered
 from primus_lib.scaling.base import Allocation, Decision, PolicyContext, ScalingPolicy
 from primus_lib.scaling.horizontal import HorizontalPolicy
 from primus_lib.scaling.store import ScalingStore
@@ -26,7 +27,6 @@ from primus_lib.spec.job import PrimusJob
 
 log = logging.getLogger("primus.scaling")
 HISTORY_KEEP_SECONDS = 3600.0
-_Family = TypeVar("_Family", Counter, Gauge)
 
 
 class Actuator(Protocol):
@@ -35,23 +35,15 @@ class Actuator(Protocol):
     def apply(self, decision: Decision) -> None: ...
 
 
-def _registered(registry: CollectorRegistry, name: str, kind: type[_Family]) -> _Family | None:
-    """The family an earlier manager registered under ``name`` (one per registry), if any."""
-    found = registry._names_to_collectors.get(name)
-    if found is None or isinstance(found, kind):
-        return found
-    raise TypeError(f"metric {name!r} is registered as a {type(found).__name__}, not a {kind.__name__}")
-
-
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.decisions = _registered(registry, n.DECISIONS.removesuffix("_total"), Counter) or Counter(
+        self.decisions = registered(registry, n.DECISIONS, Counter) or Counter(
             n.DECISIONS, "Scaling decisions applied", ("primus_job", "policy", "action"), registry=registry
         )
-        self.target = _registered(registry, n.TARGET, Gauge) or Gauge(
+        self.target = registered(registry, n.TARGET, Gauge) or Gauge(
             n.TARGET, "Allocation after the latest decision", ("primus_job", "role", "resource"), registry=registry
         )
-        self.load = _registered(registry, n.LOAD, Gauge) or Gauge(
+        self.load = registered(registry, n.LOAD, Gauge) or Gauge(
             n.LOAD, "Horizontal load L_u", ("primus_job",), registry=registry
         )
 
