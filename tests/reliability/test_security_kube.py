@@ -22,9 +22,9 @@ from primus_lib.resources.kubernetes.names import (
 )
 from primus_lib.spec import PrimusJob
 from tests.resources import conftest as resources
-from tests.resources.conftest import apply_crd, wait_for
+from tests.resources.conftest import wait_for
 from tests.resources.test_kubernetes import k8s_job, started
-from tests.resources.test_rbac import apply_rbac, denied, service_account_token
+from tests.resources.test_rbac import apply_rbac, as_controller, denied, service_account_token
 
 pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
@@ -87,12 +87,8 @@ def security_problems(name: str, spec: dict, needs_token: bool) -> list[str]:
 def test_every_generated_workload_and_pod_is_least_privileged_and_holds_no_secret(
     kube_cluster, job_env, kube_namespaces
 ):
-    admin = kube_cluster.client()
-    apply_crd(admin)
-    ns = kube_namespaces(admin)
-    apply_rbac(admin, ns)
+    admin, ns, controller = as_controller(kube_cluster, kube_namespaces)
     job = job_with_ledger()
-    controller = kube_cluster.client(service_account_token(admin, ns))  # run as the controller would
     backend = KubernetesBackend(job, cluster=Cluster(controller, ns))
     backend.submit()
     assert started(backend).phase == "Running"

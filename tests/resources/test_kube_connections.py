@@ -22,7 +22,7 @@ from primus_lib.resources.kubernetes.pods import pod_template
 from tests.reliability.test_security_kube import pod_specs
 from tests.resources.conftest import apply_crd
 from tests.resources.test_kubernetes import k8s_job, started
-from tests.resources.test_rbac import apply_rbac, denied, service_account_token
+from tests.resources.test_rbac import as_controller, denied
 
 pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
@@ -49,11 +49,7 @@ def test_every_role_mounts_the_connections_secret_at_its_secrets_dir(job_env):
 def test_the_submitter_hands_its_connections_to_the_pods_through_a_secret(
     kube_cluster, job_env, kube_namespaces, tmp_path
 ):
-    admin = kube_cluster.client()
-    apply_crd(admin)
-    ns = kube_namespaces(admin)
-    apply_rbac(admin, ns)
-    controller = kube_cluster.client(service_account_token(admin, ns))  # the controller's own identity
+    admin, ns, controller = as_controller(kube_cluster, kube_namespaces)
     job = lake_job()
     submitter = Resolver(SecretFiles(write_secret_files(tmp_path / "airflow", [LAKE])))  # as Airflow resolves it
     backend = KubernetesBackend(job, cluster=Cluster(controller, ns))

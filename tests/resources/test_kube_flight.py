@@ -25,10 +25,10 @@ from primus_lib.resources.kubernetes.names import (
     flight_secret_name,
 )
 from primus_lib.resources.kubernetes.pods import pod_template
-from tests.resources.conftest import apply_crd, wait_for
+from tests.resources.conftest import wait_for
 from tests.resources.test_kube_executors import executor_job
 from tests.resources.test_kubernetes import selector, started
-from tests.resources.test_rbac import apply_rbac, denied, service_account_token
+from tests.resources.test_rbac import as_controller, denied
 
 pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
@@ -57,11 +57,7 @@ def test_the_token_is_mounted_where_the_pods_discovery_reads_it(job_env):
 def test_the_controller_creates_the_token_and_a_network_policy_that_admits_only_the_trainer(
     kube_cluster, job_env, kube_namespaces
 ):
-    admin = kube_cluster.client()
-    apply_crd(admin)
-    ns = kube_namespaces(admin)
-    apply_rbac(admin, ns)
-    controller = kube_cluster.client(service_account_token(admin, ns))  # the controller's own identity
+    admin, ns, controller = as_controller(kube_cluster, kube_namespaces)
     job = executor_job()
     backend = KubernetesBackend(job, cluster=Cluster(controller, ns))
     backend.submit()

@@ -52,6 +52,16 @@ def service_account_token(api, namespace: str, name: str = "primus-controller") 
     return client.CoreV1Api(api).create_namespaced_service_account_token(name, namespace, body).status.token
 
 
+def as_controller(kube_cluster, kube_namespaces):
+    """(admin client, a fresh namespace with the CRD and config/rbac applied, a client that is the
+    controller's ServiceAccount there): how a test runs the backend as the controller would."""
+    admin = kube_cluster.client()
+    apply_crd(admin)
+    ns = kube_namespaces(admin)
+    apply_rbac(admin, ns)
+    return admin, ns, kube_cluster.client(service_account_token(admin, ns))
+
+
 def denied(call) -> bool:
     try:
         call()
