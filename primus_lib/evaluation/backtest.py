@@ -75,6 +75,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {  # Any: each parser retur
     "memory": ("memory", _sizes),
     "prio": ("prio", float),
     "flush": ("flush", _flag),
+    "reread": ("reread", _flag),
 }
 
 
@@ -93,6 +94,7 @@ class RunConfig:
     memory: list[int] | None = None
     prio: float | None = None  # the stream's priority weight (the batch's: 1)
     flush: bool = True  # the trainer's partial-window flush (flush=0: remainders wait for the next window)
+    reread: bool | None = None  # batch copies of streamed rows train in full (the paper's single tower)
 
     @classmethod
     def parse(cls, text: str) -> RunConfig:
@@ -123,6 +125,7 @@ class RunConfig:
             sparse_learning_rate=self.sparse_lr,
             seed=seed,
             completeness=known,
+            reread=self.reread,
         )
 
 

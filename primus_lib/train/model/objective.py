@@ -3,8 +3,8 @@
 =====================  ======================  ======================================  ======================
 mode                   batch minibatch         stream minibatch                        served
 =====================  ======================  ======================================  ======================
-mtrm                   memory tower            memory tower, adapt tower (``h_aux``)   ``spec.model.serve``
-single_tower           the tower               the tower                               the tower
+mtrm                   memory tower (once)     memory tower, adapt tower (``h_aux``)   ``spec.model.serve``
+single_tower           the tower (once)        the tower                               the tower
 offline                the tower               (not read)                              the tower
 online                 (not read)              the tower                               the tower
 offline_then_online    the tower until switch  the tower after the switch              the tower
@@ -18,7 +18,9 @@ complete labels); while that is ~0, MTRM's memory tower and tables move exactly 
 tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of
 its outputs that the same validation weighs (``serve: mixture``, the default). A stream row's label
 is provisional (late clicks are missing): every mode's stream loss is
-``spec.model.stream_correction``'s (``delayed.py``). docs/training.md has the measurements.
+``spec.model.stream_correction``'s (``delayed.py``). (once): a mode that reads both kinds trains each
+impression once: the batch copy of a streamed row trains only what its stream step lacked
+(``streamed.py``). docs/training.md has the measurements.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from primus_lib.spec.training import ServedOutput, StreamCorrection
 from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
 from primus_lib.train.model.network import TwoTowerModel
+from primus_lib.train.model.streamed import StreamedLabels
 from primus_lib.train.model.validation import DelayedValidation
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
@@ -52,10 +55,21 @@ class StepConfig:
     sparse_learning_rate: float
     seed: int
     completeness: float | None = None  # a known share of clicks the stream label sees (None: estimated)
+    reread: bool = False  # a backtest's baseline: batch copies of streamed rows train in full (the paper's)
 
     @property
     def two_towers(self) -> bool:
         return modes.two_towers(self.mode)
+
+    @property
+    def once(self) -> bool:
+        """Whether a streamed row's batch copy trains only what its stream step lacked (``streamed.py``)."""
+        return modes.reads(self.mode, "batch") and modes.reads(self.mode, "stream") and not self.reread
+
+    @property
+    def needs_ids(self) -> bool:
+        """Whether a step needs its rows' ids: MTRM's delayed validation, the once rule."""
+        return self.two_towers or self.once
 
     def served(self, output: str | None = None) -> str:
         """The output served (``output`` overrides it): ``spec.model.serve`` in MTRM, the tower otherwise."""
@@ -104,9 +118,17 @@ class Evidence:
         self.correct = config.correction != "none"
         self.completeness = Completeness(fixed=config.completeness)
         self.validation = DelayedValidation() if config.two_towers else None
+        self.streamed = StreamedLabels() if config.once else None
+        self.copies: torch.Tensor | None = None  # this batch minibatch's real-time labels (NaN: never streamed)
 
     def before_step(self, kind: str, ids: list[str] | None, labels: torch.Tensor | None, group) -> None:
         """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
+        self.copies = None
+        if self.streamed is not None and ids and labels is not None:
+            if kind == "stream":
+                self.streamed.record(ids, labels)
+            else:
+                self.copies = self.streamed.take(ids)
         if not self.correct and self.validation is None:
             return
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
@@ -135,12 +157,16 @@ class Evidence:
         state = {"completeness": self.completeness.state_dict()}
         if self.validation is not None:
             state["validation"] = self.validation.state_dict()
+        if self.streamed is not None:
+            state["streamed"] = self.streamed.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.completeness.load_state_dict(state["completeness"])
         if self.validation is not None:
             self.validation.load_state_dict(state["validation"])
+        if self.streamed is not None and "streamed" in state:  # a checkpoint from before the rule has none
+            self.streamed.load_state_dict(state["streamed"])
 
 
 def forward(
@@ -153,6 +179,10 @@ def forward(
     if kind == "batch":  # a day-old row moves the tables the less, the more the fresh tower has won
         memory_logit = model.memory_forward(_scaled(x, 1.0 - share))
         loss = F.binary_cross_entropy_with_logits(memory_logit, labels, reduction="none")
+        if evidence.copies is not None:  # a streamed row's copy trains only what its stream step lacked
+            seen = ~torch.isnan(evidence.copies)
+            trained = delayed.stream_loss(config.correction, memory_logit, evidence.copies.nan_to_num(0.0), evidence.c)
+            loss = loss - torch.where(seen, trained, torch.zeros_like(trained))
         return Forward(loss, memory_logit, None, ("memory",))
     memory_logit = model.memory_forward(x)
     c = evidence.c

@@ -81,7 +81,7 @@ class Trainer(Checkpointing):
         self.coordinator: Coordinator = coordinator or self._coordinator(group, window_ms, clock)
         self.features = spec.features
         self.id_column = spec.features.id or _first_key(job)
-        self.ids_column: str | None = None  # row ids: for the sample log and MTRM's delayed validation
+        self.ids_column: str | None = None  # row ids: the sample log, MTRM's validation, the once rule
         switch = options.switch_at or default_switch(job)
         limits = Limits(
             until_ms=epoch_ms(parse_window_id(options.until_window)) if options.until_window else None,
@@ -132,7 +132,7 @@ class Trainer(Checkpointing):
         interval = spec.training.checkpoint_interval
         self.checkpoint_every_s = interval.total_seconds() if interval else None
         self.sample_log = SampleLogWriter(options.sample_log, self.rank if group.active else None)
-        if self.sample_log.enabled or self.stepper.config.two_towers:
+        if self.sample_log.enabled or self.stepper.config.needs_ids:
             self.ids_column = self.id_column
         self.input_metrics = self._input_metrics()  # the scaler's trainer signals (input_metrics.py)
         self.step_delay = options.step_delay

@@ -1,0 +1,123 @@
+"""Each impression trains once (streamed.py): a streamed row's batch copy trains only what its stream step lacked."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from torch.nn import functional as F
+
+from primus_lib.train.model import delayed
+from primus_lib.train.model.batch import to_batch
+from primus_lib.train.model.objective import Evidence, StepConfig, forward
+from primus_lib.train.model.stepper import LocalStepper
+from primus_lib.train.model.streamed import StreamedLabels
+
+
+def _batch(job, ids, labels, seed=0):
+    rng = np.random.default_rng(seed)
+    n = len(ids)
+    table = pa.table(
+        {
+            "request_id": ids,
+            "clicked": np.asarray(labels, np.float32),
+            "ts": np.arange(n, dtype=np.int64),
+            "user_id": rng.integers(0, 2000, n),
+            "item_id": rng.integers(0, 2000, n),
+            "category": rng.integers(0, 64, n),
+            "price": rng.uniform(1, 50, n).astype(np.float32),
+            "age": rng.uniform(18, 70, n).astype(np.float32),
+        }
+    )
+    return to_batch(table, job.spec.features, "request_id")
+
+
+def _row_grads(stepper, kind, batch):
+    """d(per-row loss)/d(row's input), one row at a time summed: zero rows train nothing."""
+    x = stepper.model.inputs(stepper.model.embed(batch.sparse), batch.dense).detach().requires_grad_(True)
+    out = forward(stepper.model, stepper.config, kind, x, batch.labels, stepper.evidence)
+    out.loss.sum().backward()
+    return x.grad.abs().sum(dim=1), out
+
+
+@pytest.mark.parametrize("mode", ["single_tower", "mtrm"])
+def test_a_streamed_rows_batch_copy_trains_only_what_the_stream_lacked(tiny, mode):
+    """Rows 0-3 streamed with their complete labels (nothing to add), row 4 streamed as a negative and
+    clicked late (the copy turns it into a positive), rows 5-7 never streamed (full BCE)."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode=mode, completeness=1.0)
+    ids = [f"r{i}" for i in range(8)]
+    complete = [1, 0, 1, 0, 1, 0, 1, 0]
+    stepper.step("stream", _batch(job, ids[:5], [1, 0, 1, 0, 0]))
+    batch = _batch(job, ids, complete, seed=1)
+    stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
+    np.testing.assert_array_equal(stepper.evidence.copies.numpy()[:5], [1, 0, 1, 0, 0])
+    assert np.isnan(stepper.evidence.copies.numpy()[5:]).all()
+    assert stepper.evidence.streamed.labels == {}  # taken once: forgotten
+    grads, out = _row_grads(stepper, "batch", batch)
+    assert torch.all(grads[:4] < 1e-6), "a copy whose label the stream already trained moved the model"
+    logit = out.memory_logit.detach()
+    assert torch.all(grads[4:] > 1e-3)
+    # the late click's copy: BCE(l, 1) - BCE(l, 0), whose gradient in the logit is -1 (pushes it up)
+    np.testing.assert_allclose(out.loss[4].item(), (F.softplus(-logit[4]) - F.softplus(logit[4])).item(), rtol=1e-5)
+    full = F.binary_cross_entropy_with_logits(logit[5:], batch.labels[5:], reduction="none")
+    np.testing.assert_allclose(out.loss[5:].detach().numpy(), full.numpy(), rtol=1e-6)
+
+
+def test_stream_and_copy_together_train_the_complete_label_once_under_the_delay_correction(tiny):
+    """With ``c < 1`` the stream's loss is the delay likelihood; the copy adds the rest, so the pair's
+    loss is the complete label's BCE for every combination of labels."""
+    _, job = tiny
+    c = 0.7
+    stepper = LocalStepper(job, mode="single_tower", completeness=c)
+    ids, rt, complete = ["a", "b", "c"], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]
+    stepper.evidence.before_step("stream", ids, torch.tensor(rt), stepper.group)
+    batch = _batch(job, ids, complete)
+    stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
+    _, out = _row_grads(stepper, "batch", batch)
+    logit = out.memory_logit.detach()
+    streamed = delayed.likelihood_loss(logit, torch.tensor(rt), c)
+    np.testing.assert_allclose(
+        (out.loss.detach() + streamed).numpy(),
+        F.binary_cross_entropy_with_logits(logit, torch.tensor(complete), reduction="none").numpy(),
+        rtol=1e-5,
+    )
+
+
+def test_modes_that_read_one_kind_and_the_reread_baseline_keep_no_record(tiny):
+    _, job = tiny
+    for mode in ("online", "offline"):
+        config = StepConfig.resolve(job, mode=mode)
+        assert not config.once and not config.needs_ids and Evidence(config).streamed is None
+    reread = StepConfig.resolve(job, mode="single_tower", reread=True)
+    assert not reread.once and not reread.needs_ids
+    stepper = LocalStepper(job, mode="single_tower", reread=True)
+    stepper.step("stream", _batch(job, ["a"], [0]))
+    batch = _batch(job, ["a"], [1])
+    stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
+    _, out = _row_grads(stepper, "batch", batch)
+    full = F.binary_cross_entropy_with_logits(out.memory_logit.detach(), batch.labels, reduction="none")
+    np.testing.assert_allclose(out.loss.detach().numpy(), full.numpy(), rtol=1e-6)
+    assert StepConfig.resolve(job, mode="single_tower").needs_ids  # the loop reads ids for the rule
+
+
+def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
+    record = StreamedLabels(capacity=3)
+    record.record(["a", "b", "c", "d"], torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    assert list(record.labels) == ["b", "c", "d"]  # the oldest went: its copy will train in full
+    assert record.take(["x", "y"]) is None
+    _, job = tiny
+    stepper = LocalStepper(job, mode="mtrm")
+    stepper.step("stream", _batch(job, ["a", "b"], [1, 0]))
+    buffer = io.BytesIO()  # as a checkpoint does, read back with weights_only
+    torch.save(stepper.checkpoint_state(1), buffer)
+    buffer.seek(0)
+    clone = LocalStepper(job, mode="mtrm", seed=5)
+    clone.load_state_dict(torch.load(buffer, weights_only=True))
+    assert clone.evidence.streamed.labels == {"a": 1.0, "b": 0.0}
+    state = stepper.state_dict()
+    del state["evidence"]["streamed"]  # a checkpoint written before the rule
+    LocalStepper(job, mode="mtrm").load_state_dict(state)
