@@ -85,8 +85,8 @@ clean:
 # choose some), reports under .primus/eval/<world>/ (out of git), then the table rendered from them.
 EVAL_DIR ?= .primus/eval
 EVAL_SEEDS ?= 0,1,2
-EVAL_WORLDS ?= $(shell $(PY) -c "from primus_lib.data.datagen.worlds import names; print(' '.join(names('development') + names('held-out')))" 2>/dev/null)
-EVAL_MODES ?= mtrm;single_tower;single_tower[lr=0.01];online;online[lr=0.01];offline_then_online;offline_then_online[lr=0.01];offline;offline[lr=0.01];online[c=oracle];single_tower[corr=none]
+EVAL_WORLDS ?= $(shell $(PY) -c "from primus_lib.data.datagen.worlds import names; print(' '.join(names('development') + names('seen') + names('held-out')))" 2>/dev/null)
+EVAL_MODES ?= mtrm;single_tower;single_tower[lr=0.01];single_tower[reread=1];online;online[lr=0.01];offline_then_online;offline_then_online[lr=0.01];offline;offline[lr=0.01];online[c=oracle];single_tower[corr=none]
 eval-worlds: install
 	@set -o pipefail; for w in $(EVAL_WORLDS); do echo "== $$w"; \
 	  $(VENV)/bin/primus eval config/jobs/worlds-eval.yaml --world $$w --data-seeds --seeds $(EVAL_SEEDS) \

@@ -69,7 +69,7 @@ def load(root: Path) -> list[WorldResult]:
         }
         seeds = sorted({s for v in auc.values() for s in v})
         results.append(WorldResult(world, named.split if named else "-", named.late if named else None, seeds, auc))
-    order = {"development": 0, "held-out": 1}
+    order = {"development": 0, "seen": 1, "held-out": 2}
     return sorted(results, key=lambda r: (order.get(r.split, 2), r.world))
 
 

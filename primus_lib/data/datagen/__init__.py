@@ -8,7 +8,7 @@ worlds the backtest is judged on; docs/datagen.md has the model.
 
 - ``config.py``: ``WorldConfig`` (the knobs) and ``world_config`` (``--world NAME,key=value``);
 - ``world.py``: ``World``, the entities of one seed and the impressions of any hour;
-- ``worlds.py``: the named worlds, development and held-out;
+- ``worlds.py``: the named worlds, development, seen and held-out;
 - ``write.py``: ``generate``, the partitions, the stream file and Kafka.
 """
 
