@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch.nn import functional as F
 
+from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
 from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
@@ -107,8 +112,10 @@ def test_modes_that_read_one_kind_and_the_reread_baseline_keep_no_record(tiny):
 def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     record = StreamedLabels(capacity=3)
     record.record(["a", "b", "c", "d"], torch.tensor([1.0, 0.0, 1.0, 0.0]))
-    assert list(record.labels) == ["b", "c", "d"]  # the oldest went: its copy will train in full
     assert record.take(["x", "y"]) is None
+    copies = record.take(["a", "b", "c", "d"])  # the oldest went: its copy trains in full
+    assert np.isnan(copies[0].item()) and copies[1:].tolist() == [0.0, 1.0, 0.0]
+    record.record(["a", "b"], torch.tensor([1.0, 0.0]))
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
     stepper.step("stream", _batch(job, ["a", "b"], [1, 0]))
@@ -117,7 +124,31 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     buffer.seek(0)
     clone = LocalStepper(job, mode="mtrm", seed=5)
     clone.load_state_dict(torch.load(buffer, weights_only=True))
-    assert clone.evidence.streamed.labels == {"a": 1.0, "b": 0.0}
+    assert clone.evidence.streamed.take(["b", "a", "z"])[:2].tolist() == [0.0, 1.0]
     state = stepper.state_dict()
     del state["evidence"]["streamed"]  # a checkpoint written before the rule
     LocalStepper(job, mode="mtrm").load_state_dict(state)
+
+
+def _rank(rank: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        group, record = Group(), StreamedLabels()
+        if rank == 0:  # each rank trained some stream rows ...
+            record.record(["a", "b"], torch.tensor([1.0, 0.0]))
+        else:
+            record.record(["c"], torch.tensor([0.0]))
+        # ... and gets batch copies the other rank streamed (rank 1 has no rows in the second step)
+        takes = [["c", "x"], ["y"]] if rank == 0 else [["a", "b", "z"], None]
+        got = [record.take(ids, group) for ids in takes]
+        result = [None if g is None else [None if np.isnan(v) else v for v in g.tolist()] for g in got]
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"got": result, "left": len(record.labels)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_data_parallel_ranks_find_the_copies_another_rank_streamed(tmp_path):
+    mp.spawn(_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert r0["got"] == [[0.0, None], None] and r1["got"] == [[1.0, 0.0, None], None]
+    assert r0["left"] == r1["left"] == 0  # every streamed row's copy was taken once, where it was recorded

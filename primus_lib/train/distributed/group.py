@@ -104,6 +104,26 @@ class Group:
             table.grad = grad
             offset += n
 
+    def all_gather(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's 1-d ``values`` (lengths may differ), in rank order, on every rank."""
+        if not self.active:
+            return [values]
+        size = torch.tensor([values.numel()], dtype=torch.int64)
+        sizes = [torch.zeros_like(size) for _ in range(self.size)]
+        dist.all_gather(sizes, size)
+        longest = max(int(n) for n in sizes)
+        padded = torch.zeros(longest, dtype=values.dtype)
+        padded[: values.numel()] = values
+        out = [torch.empty_like(padded) for _ in range(self.size)]
+        dist.all_gather(out, padded)
+        return [t[: int(n)] for t, n in zip(out, sizes, strict=True)]
+
+    def max_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """Element-wise maximum of a tensor over ranks (in place; returned)."""
+        if self.active:
+            dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return values
+
     def broadcast_params(self, module: torch.nn.Module) -> None:
         """Make every rank start from rank 0's weights."""
         if self.active:

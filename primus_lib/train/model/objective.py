@@ -124,11 +124,11 @@ class Evidence:
     def before_step(self, kind: str, ids: list[str] | None, labels: torch.Tensor | None, group) -> None:
         """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
         self.copies = None
-        if self.streamed is not None and ids and labels is not None:
+        if self.streamed is not None:  # every rank, every step: a batch step's lookup is collective
             if kind == "stream":
                 self.streamed.record(ids, labels)
             else:
-                self.copies = self.streamed.take(ids)
+                self.copies = self.streamed.take(ids, group)
         if not self.correct and self.validation is None:
             return
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
