@@ -139,6 +139,7 @@ def test_run_config_parsing():
         "none",
     )
     assert RunConfig.parse("online[c=oracle]").c == "oracle" and RunConfig.parse("online[c=0.8]").c == 0.8
+    assert RunConfig.parse("single_tower[reread=1]").reread is True and RunConfig.parse("single_tower").reread is None
     with pytest.raises(ValueError, match="unknown key"):
         RunConfig.parse("mtrm[bogus=1]")
     with pytest.raises(ValueError, match="lr='fast' is not a valid value"):
