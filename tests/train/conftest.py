@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from primus_lib.data.datagen import generate
@@ -12,6 +14,7 @@ from primus_lib.data.shards import write_window
 from primus_lib.data.training_queue import TrainingQueue
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec import load_job
+from primus_lib.train.model.batch import to_batch
 from tests.fixtures.specs import T0 as START
 from tests.fixtures.specs import job_doc, write_spec
 
@@ -50,6 +53,27 @@ def commit_windows(job, hours: range, rows_per_shard: int = 50) -> list[int]:
         queue.append(stream.name, window_id(start), str(directory), table.num_rows)
         sizes.append(table.num_rows)
     return sizes
+
+
+def minibatch(job, rows: int = 64, seed: int = 0, ids: list[str] | None = None, labels=None):
+    """A model-ready minibatch of the tiny job's features: ``rows`` random rows (ids ``r0..``, random
+    clicks), or the given ``ids`` and ``labels``."""
+    rng = np.random.default_rng(seed)
+    n = len(ids) if ids is not None else rows
+    clicked = rng.integers(0, 2, n).astype(np.float32) if labels is None else np.asarray(labels, np.float32)
+    table = pa.table(
+        {
+            "request_id": ids if ids is not None else [f"r{i}" for i in range(n)],
+            "clicked": clicked,
+            "ts": np.arange(n, dtype=np.int64),
+            "user_id": rng.integers(0, 2000, n),
+            "item_id": rng.integers(0, 2000, n),
+            "category": rng.integers(0, 64, n),
+            "price": rng.uniform(1, 50, n).astype(np.float32),
+            "age": rng.uniform(18, 70, n).astype(np.float32),
+        }
+    )
+    return to_batch(table, job.spec.features, "request_id")
 
 
 @pytest.fixture

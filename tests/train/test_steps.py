@@ -12,23 +12,7 @@ import torch
 from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.objective import StepConfig, forward
 from primus_lib.train.model.stepper import LocalStepper
-
-
-def _batch(job, rows=64, seed=0):
-    rng = np.random.default_rng(seed)
-    table = pa.table(
-        {
-            "request_id": [f"r{i}" for i in range(rows)],
-            "clicked": rng.integers(0, 2, rows).astype(np.float32),
-            "ts": np.arange(rows, dtype=np.int64),
-            "user_id": rng.integers(0, 2000, rows),
-            "item_id": rng.integers(0, 2000, rows),
-            "category": rng.integers(0, 64, rows),
-            "price": rng.uniform(1, 50, rows).astype(np.float32),
-            "age": rng.uniform(18, 70, rows).astype(np.float32),
-        }
-    )
-    return to_batch(table, job.spec.features, "request_id")
+from tests.train.conftest import minibatch as _batch
 
 
 def _snapshot(params):

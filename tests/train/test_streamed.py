@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 import torch.distributed as dist
@@ -16,28 +15,10 @@ from torch.nn import functional as F
 
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
-from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
 from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.model.streamed import StreamedLabels
-
-
-def _batch(job, ids, labels, seed=0):
-    rng = np.random.default_rng(seed)
-    n = len(ids)
-    table = pa.table(
-        {
-            "request_id": ids,
-            "clicked": np.asarray(labels, np.float32),
-            "ts": np.arange(n, dtype=np.int64),
-            "user_id": rng.integers(0, 2000, n),
-            "item_id": rng.integers(0, 2000, n),
-            "category": rng.integers(0, 64, n),
-            "price": rng.uniform(1, 50, n).astype(np.float32),
-            "age": rng.uniform(18, 70, n).astype(np.float32),
-        }
-    )
-    return to_batch(table, job.spec.features, "request_id")
+from tests.train.conftest import minibatch
 
 
 def _row_grads(stepper, kind, batch):
@@ -56,8 +37,8 @@ def test_a_streamed_rows_batch_copy_trains_only_what_the_stream_lacked(tiny, mod
     stepper = LocalStepper(job, mode=mode, completeness=1.0)
     ids = [f"r{i}" for i in range(8)]
     complete = [1, 0, 1, 0, 1, 0, 1, 0]
-    stepper.step("stream", _batch(job, ids[:5], [1, 0, 1, 0, 0]))
-    batch = _batch(job, ids, complete, seed=1)
+    stepper.step("stream", minibatch(job, ids=ids[:5], labels=[1, 0, 1, 0, 0]))
+    batch = minibatch(job, ids=ids, labels=complete, seed=1)
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     np.testing.assert_array_equal(stepper.evidence.copies.numpy()[:5], [1, 0, 1, 0, 0])
     assert np.isnan(stepper.evidence.copies.numpy()[5:]).all()
@@ -80,7 +61,7 @@ def test_stream_and_copy_together_train_the_complete_label_once_under_the_delay_
     stepper = LocalStepper(job, mode="single_tower", completeness=c)
     ids, rt, complete = ["a", "b", "c"], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]
     stepper.evidence.before_step("stream", ids, torch.tensor(rt), stepper.group)
-    batch = _batch(job, ids, complete)
+    batch = minibatch(job, ids=ids, labels=complete)
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     _, out = _row_grads(stepper, "batch", batch)
     logit = out.memory_logit.detach()
@@ -100,8 +81,8 @@ def test_modes_that_read_one_kind_and_the_reread_baseline_keep_no_record(tiny):
     reread = StepConfig.resolve(job, mode="single_tower", reread=True)
     assert not reread.once and not reread.needs_ids
     stepper = LocalStepper(job, mode="single_tower", reread=True)
-    stepper.step("stream", _batch(job, ["a"], [0]))
-    batch = _batch(job, ["a"], [1])
+    stepper.step("stream", minibatch(job, ids=["a"], labels=[0]))
+    batch = minibatch(job, ids=["a"], labels=[1])
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     _, out = _row_grads(stepper, "batch", batch)
     full = F.binary_cross_entropy_with_logits(out.memory_logit.detach(), batch.labels, reduction="none")
@@ -118,7 +99,7 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     record.record(["a", "b"], torch.tensor([1.0, 0.0]))
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
-    stepper.step("stream", _batch(job, ["a", "b"], [1, 0]))
+    stepper.step("stream", minibatch(job, ids=["a", "b"], labels=[1, 0]))
     buffer = io.BytesIO()  # as a checkpoint does, read back with weights_only
     torch.save(stepper.checkpoint_state(1), buffer)
     buffer.seek(0)
