@@ -106,7 +106,12 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     clone = LocalStepper(job, mode="mtrm", seed=5)
     clone.load_state_dict(torch.load(buffer, weights_only=True))
     assert clone.evidence.streamed.take(["b", "a", "z"])[:2].tolist() == [0.0, 1.0]
+    assert isinstance(stepper.state_dict()["evidence"]["streamed"]["ids"], torch.Tensor)  # copied whole
     state = stepper.state_dict()
+    state["evidence"]["streamed"] = {"ids": ["b", "a"], "labels": [0.0, 1.0]}  # lists: the first layout
+    older = LocalStepper(job, mode="mtrm")
+    older.load_state_dict(state)
+    assert older.evidence.streamed.take(["a", "b"]).tolist() == [1.0, 0.0]
     del state["evidence"]["streamed"]  # a checkpoint written before the rule
     LocalStepper(job, mode="mtrm").load_state_dict(state)
 

@@ -33,7 +33,7 @@ SEPARATOR = "\0"  # ends each id in a gathered minibatch's bytes
 
 
 def _encode(ids: list[str] | None) -> torch.Tensor:
-    raw = "".join(i + SEPARATOR for i in ids).encode() if ids else b""
+    raw = (SEPARATOR.join(ids) + SEPARATOR).encode() if ids else b""
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
 
 
@@ -79,7 +79,12 @@ class StreamedLabels:
         return found if mine and not bool(torch.isnan(found).all()) else None
 
     def state_dict(self) -> dict:
-        return {"ids": list(self.labels), "labels": list(self.labels.values())}
+        """Two tensors (the ids as bytes, the labels): a checkpoint copies them whole, where lists of a
+        million ids would cost the training thread a deepcopy visit per id."""
+        return {"ids": _encode(list(self.labels)), "labels": torch.tensor(list(self.labels.values()))}
 
     def load_state_dict(self, state: dict) -> None:
-        self.labels = dict(zip(state["ids"], state["labels"], strict=True))
+        ids, labels = state["ids"], state["labels"]
+        if isinstance(ids, torch.Tensor):  # lists: the first layout
+            ids, labels = _decode(ids), labels.tolist()
+        self.labels = dict(zip(ids, labels, strict=True))
