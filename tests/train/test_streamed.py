@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn import functional as F
 
+from primus_lib.train.distributed.data_parallel import per_rank
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
@@ -114,6 +115,23 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     assert older.evidence.streamed.take(["a", "b"]).tolist() == [1.0, 0.0]
     del state["evidence"]["streamed"]  # a checkpoint written before the rule
     LocalStepper(job, mode="mtrm").load_state_dict(state)
+
+
+def test_a_data_parallel_checkpoint_restores_each_ranks_records():
+    """Rank 0 writes the world's checkpoint: it holds every rank's records (gathered at the save),
+    and each rank resumes with its own, read back with weights_only."""
+    first, second = StreamedLabels(), StreamedLabels()
+    first.record(["x", "y"], torch.tensor([1.0, 0.0]))
+    second.record(["z"], torch.tensor([1.0]))
+    buffer = io.BytesIO()
+    torch.save(per_rank([{"streamed": first.state_dict()}, {"streamed": second.state_dict()}]), buffer)
+    restored = []
+    for rank in (0, 1):
+        buffer.seek(0)
+        record = StreamedLabels()
+        record.load_state_dict(torch.load(buffer, weights_only=True), rank)
+        restored.append(record.labels)
+    assert restored == [{"x": 1.0, "y": 0.0}, {"z": 1.0}]
 
 
 def _rank(rank: int, store: str, out: str) -> None:

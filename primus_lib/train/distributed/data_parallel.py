@@ -140,6 +140,7 @@ class DataParallel(Coordinator):
             "position": snapshot.position,
             "pending": {n: table_bytes(t) for n, t in snapshot.pending.items()},
             "horizons": snapshot.horizons,
+            "streamed": streamed.state_dict() if (streamed := stepper.evidence.streamed) is not None else None,
         }
         gathered = self.group.gather(mine)
         # sharded tables: every rank writes its shards (torch.distributed.checkpoint) first
@@ -162,6 +163,8 @@ class DataParallel(Coordinator):
                     for name, raw in g["pending"].items()
                 }
                 state = sharded_state if sharded_state is not None else stepper.state_dict()
+                if mine["streamed"] is not None:  # each rank's stream rows, restored to that rank
+                    state = {**state, "evidence": {**state["evidence"], "streamed": per_rank(gathered)}}
                 save_checkpoint(self.checkpoints, snapshot.step, state, position, pending)
             except Exception as exc:  # every rank must learn it, or they wait forever
                 reply["error"] = f"{type(exc).__name__}: {exc}"
@@ -249,3 +252,8 @@ class DataParallel(Coordinator):
 
     def consumed(self, local: dict[str, dict]) -> dict[str, dict]:
         return self.global_consumed if self.rank == 0 else local
+
+
+def per_rank(gathered: list[dict]) -> dict:
+    """The once rule's records of every rank, in rank order (``StreamedLabels.load_state_dict(state, rank)``)."""
+    return {"ranks": [g["streamed"] for g in gathered]}

@@ -293,7 +293,7 @@ class ShardedStepper:
                 f"trainer (keys {sorted(state)}); resume it without spec.training.sharding: dmp"
             )
         self.load_sharded(self._root() / state["sharded_model"])
-        self.evidence.load_state_dict(state["evidence"])
+        self.evidence.load_state_dict(state["evidence"], self.group.rank)
 
     def _root(self) -> StorageLocation:
         if self.checkpoint_root is None:

@@ -161,12 +161,12 @@ class Evidence:
             state["streamed"] = self.streamed.state_dict()
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, rank: int = 0) -> None:
         self.completeness.load_state_dict(state["completeness"])
         if self.validation is not None:
             self.validation.load_state_dict(state["validation"])
         if self.streamed is not None and "streamed" in state:  # a checkpoint from before the rule has none
-            self.streamed.load_state_dict(state["streamed"])
+            self.streamed.load_state_dict(state["streamed"], rank)
 
 
 def forward(

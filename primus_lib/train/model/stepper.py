@@ -175,7 +175,7 @@ class LocalStepper:
             for group in opt.param_groups:  # a checkpoint's settings replace ours: older ones lack foreach
                 group["foreach"] = True
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
-        self.evidence.load_state_dict(state["evidence"])
+        self.evidence.load_state_dict(state["evidence"], self.group.rank)
 
     def sparse_optimizer(self):
         return self.sparse if self.sparse is not None else self.model.embeddings.fused_optimizer()

@@ -11,7 +11,8 @@ agree (and no click is late, ``c = 1``) the copy's gradient is zero; a late clic
 stream's negative into a positive. A batch row the stream never carried trains in full.
 
 Bounded: past ``CAPACITY`` ids the oldest are dropped (their batch copies then train in full).
-Checkpointed with the stepper's evidence, so a restart keeps the rule. In a data-parallel world each
+Checkpointed with the stepper's evidence, so a restart keeps the rule (a data-parallel checkpoint
+keeps every rank's records, each restored to its rank). In a data-parallel world each
 rank records the stream rows it trained, and a batch step asks every rank about every row (one
 all-gather of the ids as bytes, one all-reduce of the answers), since a row's batch copy rarely
 lands on the rank that trained its stream copy.
@@ -83,7 +84,10 @@ class StreamedLabels:
         million ids would cost the training thread a deepcopy visit per id."""
         return {"ids": _encode(list(self.labels)), "labels": torch.tensor(list(self.labels.values()))}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, rank: int = 0) -> None:
+        """``state`` of one process, or of a data-parallel world's ranks (``{"ranks": [...]}``: ``rank``'s)."""
+        if "ranks" in state:
+            state = state["ranks"][rank]
         ids, labels = state["ids"], state["labels"]
         if isinstance(ids, torch.Tensor):  # lists: the first layout
             ids, labels = _decode(ids), labels.tolist()
