@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from primus_lib.resources import cgroup, limits
-from primus_lib.resources.limits import Limits, MemoryCapExceeded, enforced
+from primus_lib.resources.limits import Limits, enforced
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import py
 
