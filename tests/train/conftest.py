@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from primus_lib.data.datagen import generate
 from primus_lib.data.shards import write_window
@@ -80,3 +81,12 @@ def minibatch(job, rows: int = 64, seed: int = 0, ids: list[str] | None = None, 
 def tiny(tmp_path, monkeypatch):
     spec, job = make_job(tmp_path, monkeypatch)
     return spec, job
+
+
+def same_state(a, b) -> bool:
+    """Nested state dicts equal, tensors by value (``==`` on a tensor is elementwise)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    return a == b
