@@ -70,6 +70,9 @@ def resized_job(tmp_path, monkeypatch):
     """The demo job over tiny data; three scaler steps on executors using 2.6 cores and 200 MiB, so
     the vertical policy resizes them (horizontal off): cpu 1 -> 3, memory 2Gi -> 256 MiB."""
     monkeypatch.setenv("PRIMUS_CGROUP", "off")  # the RSS guard, whatever this machine allows
+    # the task runs in pytest's process, whose RSS the guard measures whole: its hard cap (a SIGKILL)
+    # stays far above the cap under test (test_limits checks the real factor in a process of its own)
+    monkeypatch.setattr(limits, "MEMORY_HARD_FACTOR", 8.0)
     write_layout(tmp_path / "data", hours=1, rows=50, files=1)
     doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100)
     doc["spec"]["scaling"]["horizontal"]["enabled"] = False
@@ -118,7 +121,6 @@ def test_the_next_data_task_runs_with_the_decided_threads_and_cap(resized_job, m
 
 
 def test_a_data_task_past_the_decided_cap_fails_naming_itself(resized_job, monkeypatch):
-    monkeypatch.setattr(limits, "MEMORY_HARD_FACTOR", 3.0)  # keep the hard kill far from this process
     task = plan_source(resized_job, "history", "impressions", T0)[0]
     with pytest.raises(limits.MemoryCapExceeded) as failed:
         _run_task(resized_job, monkeypatch, allocate=320 * MIB)
