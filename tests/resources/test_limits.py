@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from primus_lib.resources import cgroup, limits
+from primus_lib.resources import cgroup, limits, proctree
 from primus_lib.resources.limits import Limits, enforced
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import py
@@ -24,6 +24,7 @@ def no_cgroups(monkeypatch):
     monkeypatch.setenv("PRIMUS_CGROUP", "off")  # the RSS guard unless a test sets a stand-in hierarchy
     # the hard cap kills the process: keep it far from pytest's (a subprocess test checks the real one)
     monkeypatch.setattr(limits, "MEMORY_HARD_FACTOR", 4.0)
+    monkeypatch.setattr(proctree, "descendants", lambda pid: [])  # pytest's servers are not a task's children
 
 
 def hold(size: int, seconds: float = 2.0) -> None:

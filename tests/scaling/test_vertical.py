@@ -11,7 +11,7 @@ from primus_lib.data.dtgg import plan_source
 from primus_lib.data.executor import task as task_module
 from primus_lib.data.executor.task import staging_path
 from primus_lib.metrics.instruments import ExecutorMetrics
-from primus_lib.resources import limits
+from primus_lib.resources import limits, proctree
 from primus_lib.scaling.forecast import forecast_change
 from primus_lib.scaling.step import scaling_step
 from primus_lib.scaling.vertical import VerticalPolicy
@@ -73,6 +73,7 @@ def resized_job(tmp_path, monkeypatch):
     # the task runs in pytest's process, whose RSS the guard measures whole: its hard cap (a SIGKILL)
     # stays far above the cap under test (test_limits checks the real factor in a process of its own)
     monkeypatch.setattr(limits, "MEMORY_HARD_FACTOR", 8.0)
+    monkeypatch.setattr(proctree, "descendants", lambda pid: [])  # the session's servers are not the task's
     write_layout(tmp_path / "data", hours=1, rows=50, files=1)
     doc = demo_doc(f"file://{tmp_path / 'data'}", hours=1, rows_per_shard=100)
     doc["spec"]["scaling"]["horizontal"]["enabled"] = False
