@@ -134,6 +134,13 @@ def test_a_data_parallel_checkpoint_restores_each_ranks_records():
     assert restored == [{"x": 1.0, "y": 0.0}, {"z": 1.0}]
 
 
+def test_an_id_with_a_nul_character_is_named():
+    record = StreamedLabels()
+    record.record(["ok", "bad\0id"], torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match=r"row id 'bad\\x00id' holds a NUL character"):
+        record.state_dict()
+
+
 def _rank(rank: int, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:

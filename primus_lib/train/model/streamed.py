@@ -34,7 +34,11 @@ SEPARATOR = "\0"  # ends each id in a gathered minibatch's bytes
 
 
 def _encode(ids: list[str] | None) -> torch.Tensor:
-    raw = (SEPARATOR.join(ids) + SEPARATOR).encode() if ids else b""
+    joined = SEPARATOR.join(ids) + SEPARATOR if ids else ""
+    if ids and joined.count(SEPARATOR) != len(ids):
+        bad = next(i for i in ids if SEPARATOR in i)
+        raise ValueError(f"row id {bad!r} holds a NUL character: ids are kept NUL-separated (features.id)")
+    raw = joined.encode()
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
 
 
@@ -89,6 +93,6 @@ class StreamedLabels:
         if "ranks" in state:
             state = state["ranks"][rank]
         ids, labels = state["ids"], state["labels"]
-        if isinstance(ids, torch.Tensor):  # lists: the first layout
+        if isinstance(ids, torch.Tensor):  # else lists, the first layout
             ids, labels = _decode(ids), labels.tolist()
         self.labels = dict(zip(ids, labels, strict=True))
