@@ -18,7 +18,7 @@ from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
 from primus_lib.train.model.stepper import LocalStepper
-from primus_lib.train.model.streamed import StreamedLabels
+from primus_lib.train.model.streamed import StreamedRows
 from tests.train.conftest import minibatch
 
 
@@ -43,7 +43,7 @@ def test_a_streamed_rows_batch_copy_trains_only_what_the_stream_lacked(tiny, mod
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     np.testing.assert_array_equal(stepper.evidence.copies.numpy()[:5], [1, 0, 1, 0, 0])
     assert np.isnan(stepper.evidence.copies.numpy()[5:]).all()
-    assert stepper.evidence.streamed.labels == {}  # taken once: forgotten
+    assert stepper.evidence.streamed.labels_by_id() == {}  # taken once: forgotten
     grads, out = _row_grads(stepper, "batch", batch)
     assert torch.all(grads[:4] < 1e-6), "a copy whose label the stream already trained moved the model"
     logit = out.memory_logit.detach()
@@ -92,10 +92,10 @@ def test_modes_that_read_one_kind_and_the_reread_baseline_keep_no_record(tiny):
 
 
 def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
-    record = StreamedLabels(capacity=3)
+    record = StreamedRows(capacity=3)
     record.record(["a", "b", "c", "d"], torch.tensor([1.0, 0.0, 1.0, 0.0]))
-    assert record.take(["x", "y"]) is None
-    copies = record.take(["a", "b", "c", "d"])  # the oldest went: its copy trains in full
+    assert record.take(["x", "y"]).labels is None
+    copies = record.take(["a", "b", "c", "d"]).labels  # the oldest went: its copy trains in full
     assert np.isnan(copies[0].item()) and copies[1:].tolist() == [0.0, 1.0, 0.0]
     record.record(["a", "b"], torch.tensor([1.0, 0.0]))
     _, job = tiny
@@ -106,13 +106,13 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     buffer.seek(0)
     clone = LocalStepper(job, mode="mtrm", seed=5)
     clone.load_state_dict(torch.load(buffer, weights_only=True))
-    assert clone.evidence.streamed.take(["b", "a", "z"])[:2].tolist() == [0.0, 1.0]
+    assert clone.evidence.streamed.take(["b", "a", "z"]).labels[:2].tolist() == [0.0, 1.0]
     assert isinstance(stepper.state_dict()["evidence"]["streamed"]["ids"], torch.Tensor)  # copied whole
     state = stepper.state_dict()
     state["evidence"]["streamed"] = {"ids": ["b", "a"], "labels": [0.0, 1.0]}  # lists: the first layout
     older = LocalStepper(job, mode="mtrm")
     older.load_state_dict(state)
-    assert older.evidence.streamed.take(["a", "b"]).tolist() == [1.0, 0.0]
+    assert older.evidence.streamed.take(["a", "b"]).labels.tolist() == [1.0, 0.0]
     del state["evidence"]["streamed"]  # a checkpoint written before the rule
     LocalStepper(job, mode="mtrm").load_state_dict(state)
 
@@ -120,7 +120,7 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
 def test_a_data_parallel_checkpoint_restores_each_ranks_records():
     """Rank 0 writes the world's checkpoint: it holds every rank's records (gathered at the save),
     and each rank resumes with its own, read back with weights_only."""
-    first, second = StreamedLabels(), StreamedLabels()
+    first, second = StreamedRows(), StreamedRows()
     first.record(["x", "y"], torch.tensor([1.0, 0.0]))
     second.record(["z"], torch.tensor([1.0]))
     buffer = io.BytesIO()
@@ -128,14 +128,14 @@ def test_a_data_parallel_checkpoint_restores_each_ranks_records():
     restored = []
     for rank in (0, 1):
         buffer.seek(0)
-        record = StreamedLabels()
+        record = StreamedRows()
         record.load_state_dict(torch.load(buffer, weights_only=True), rank)
-        restored.append(record.labels)
+        restored.append(record.labels_by_id())
     assert restored == [{"x": 1.0, "y": 0.0}, {"z": 1.0}]
 
 
 def test_an_id_with_a_nul_character_is_named():
-    record = StreamedLabels()
+    record = StreamedRows()
     record.record(["ok", "bad\0id"], torch.tensor([1.0, 0.0]))
     with pytest.raises(ValueError, match=r"row id 'bad\\x00id' holds a NUL character"):
         record.state_dict()
@@ -144,16 +144,16 @@ def test_an_id_with_a_nul_character_is_named():
 def _rank(rank: int, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        group, record = Group(), StreamedLabels()
+        group, record = Group(), StreamedRows()
         if rank == 0:  # each rank trained some stream rows ...
             record.record(["a", "b"], torch.tensor([1.0, 0.0]))
         else:
             record.record(["c"], torch.tensor([0.0]))
         # ... and gets batch copies the other rank streamed (rank 1 has no rows in the second step)
         takes = [["c", "x"], ["y"]] if rank == 0 else [["a", "b", "z"], None]
-        got = [record.take(ids, group) for ids in takes]
+        got = [record.take(ids, group).labels for ids in takes]
         result = [None if g is None else [None if np.isnan(v) else v for v in g.tolist()] for g in got]
-        Path(out, f"rank{rank}.json").write_text(json.dumps({"got": result, "left": len(record.labels)}))
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"got": result, "left": len(record.positions)}))
     finally:
         dist.destroy_process_group()
 

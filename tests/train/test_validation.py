@@ -6,110 +6,137 @@ import numpy as np
 import pytest
 import torch
 
+from primus_lib.train.model.streamed import StreamedRows
 from primus_lib.train.model.validation import PRIOR, DelayedValidation, _log_loss
 
 
-def _scored(validation, ids, labels):
-    validation.add(validation.score(ids, torch.tensor(labels, dtype=torch.float32)))
+def _scored(validation, record, ids, labels):
+    """A batch step's scoring, as ``Evidence.before_step`` does it."""
+    found = record.take(ids)
+    if found.logits is not None:
+        rows, memory, adapt = found.logits
+        validation.add(DelayedValidation.score(memory, adapt, np.asarray(labels, np.float32)[rows]))
+
+
+def _streamed(record, ids, memory, adapt):
+    record.record(ids, torch.zeros(len(ids)))
+    record.record_logits(torch.as_tensor(memory, dtype=torch.float32), torch.as_tensor(adapt, dtype=torch.float32))
 
 
 def test_the_expert_closest_to_the_complete_labels_gains_the_weight_and_the_tables():
     rng = np.random.default_rng(0)
-    validation = DelayedValidation(halflife_rows=1e9)
+    validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
     assert validation.weights()["mean"] > 0.9 and validation.adapt_share() == 0.0  # the prior: the mean
     for step in range(40):
         ids = [f"s{step}-{i}" for i in range(64)]
         labels = (rng.random(64) < 0.3).astype(np.float32)
         truth = np.where(labels == 1, 2.0, -2.0)  # the adapt tower knows the labels; the memory tower does not
-        validation.record(ids, torch.zeros(64), torch.tensor(truth))
-        assert validation.pending.keys() >= set(ids)
-        _scored(validation, ids, labels)
-        assert not validation.pending  # every kept row scored once
+        _streamed(record, ids, np.zeros(64), truth)
+        assert record.positions.keys() >= set(ids)
+        _scored(validation, record, ids, labels)
+        assert not record.positions  # every kept row scored once
     w = validation.weights()
     assert w["adapt"] > 0.99 and validation.adapt_share() > 0.98
     assert validation.scored == 40 * 64
 
 
 def test_unknown_ids_score_nothing_and_the_memory_tower_keeps_the_tables_when_it_wins():
-    validation = DelayedValidation(halflife_rows=1e9)
-    assert validation.score(["nobody"], torch.ones(1)) == [0.0, 0.0, 0.0, 0.0]
+    validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
+    assert record.take(["nobody"]).logits is None
+    assert DelayedValidation.score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0, 0.0, 0.0, 0.0]
     labels = np.array([1.0, 0.0] * 32, dtype=np.float32)
     for step in range(20):
         ids = [f"{step}-{i}" for i in range(64)]
-        validation.record(ids, torch.tensor(np.where(labels == 1, 3.0, -3.0)), torch.zeros(64))
-        _scored(validation, ids, labels)
+        _streamed(record, ids, np.where(labels == 1, 3.0, -3.0), np.zeros(64))
+        _scored(validation, record, ids, labels)
     assert validation.weights()["memory"] > 0.99 and validation.adapt_share() == 0.0
 
 
-def test_a_stream_that_outruns_the_capacity_is_sampled():
-    validation = DelayedValidation(capacity=100)
-    validation.record([f"r{i}" for i in range(150)], torch.zeros(150), torch.zeros(150))
-    assert validation.every == 2 and len(validation.pending) <= 100
-    assert "r149" in validation.pending and "r0" not in validation.pending  # the oldest went
-    validation.record([f"q{i}" for i in range(80)], torch.zeros(80), torch.zeros(80))
-    kept = [k for k in validation.pending if k.startswith("q")]
-    assert 10 < len(kept) < 70  # one in two (by the id's hash)
+def test_rows_without_logits_are_not_scored():
+    """Rows restored from a checkpoint, or recorded by a stream step that ran no forward, have none."""
+    record = StreamedRows(logits=True)
+    record.record(["a", "b"], torch.tensor([1.0, 0.0]))  # no record_logits
+    clone = StreamedRows(logits=True)
+    clone.load_state_dict(record.state_dict())
+    for r in (record, clone):
+        found = r.take(["a", "b"])
+        assert found.logits is None and found.labels.tolist() == [1.0, 0.0]
+    assert StreamedRows().take(["a"]).logits is None  # a single tower keeps no logits
 
 
 def test_state_round_trip():
-    validation = DelayedValidation()
-    validation.record(["a", "b"], torch.tensor([1.0, -1.0]), torch.tensor([0.0, 0.0]))
-    _scored(validation, ["a", "b"], [1.0, 0.0])
+    validation, record = DelayedValidation(), StreamedRows(logits=True)
+    _streamed(record, ["a", "b"], [1.0, -1.0], [0.0, 0.0])
+    _scored(validation, record, ["a", "b"], [1.0, 0.0])
     clone = DelayedValidation()
     clone.load_state_dict(validation.state_dict())
     assert clone.weights() == pytest.approx(validation.weights()) and clone.scored == 2
     assert clone.loss != PRIOR
+    clone.load_state_dict({**validation.state_dict(), "every": 4})  # an older state's sampling: ignored
+    assert clone.scored == 2
 
 
-class _RowByRow(DelayedValidation):
-    """The validation's record and score as they were written before they ran in C: one row at a time."""
+class _RowByRow:
+    """The record and the scoring as plain dicts, one row at a time: what the columns must give."""
 
-    def record(self, ids, memory_logit, adapt_logit):
-        if not ids:
-            return
-        memory, adapt = memory_logit.numpy(), adapt_logit.numpy()
+    def __init__(self, capacity: int):
+        self.capacity, self.rows, self.age = capacity, {}, 0
+
+    def record(self, ids, labels, memory, adapt):
         for i, key in enumerate(ids):
-            if self.every == 1 or hash(key) % self.every == 0:
-                self.pending[key] = (float(memory[i]), float(adapt[i]))
-        if len(self.pending) > self.capacity:
-            self.every *= 2
-            for key in list(self.pending)[: len(self.pending) - self.capacity // 2]:
-                del self.pending[key]
+            # a repeated id: the last occurrence's row, at the first one's place in the order
+            self.rows[key] = (self.age, float(labels[i]), float(memory[i]), float(adapt[i]))
+            self.age += 1
+        while len(self.rows) > self.capacity:
+            del self.rows[next(iter(self.rows))]
 
-    def score(self, ids, labels):
-        if not ids or not self.pending:
-            return [0.0, 0.0, 0.0, 0.0]
-        found, logits = [], []
+    def take(self, ids, y):
+        labels, found, logits = [], [], []
         for i, key in enumerate(ids):
-            got = self.pending.pop(key, None)
-            if got is not None:
-                found.append(i)
-                logits.append(got)
+            got = self.rows.pop(key, None)
+            if got is None or got[0] < self.age - self.capacity:
+                labels.append(float("nan"))
+                continue
+            labels.append(got[1])
+            found.append(i)
+            logits.append(got[2:])
         if not found:
-            return [0.0, 0.0, 0.0, 0.0]
-        y = labels.numpy()[found].astype(np.float64)
+            return labels, [0.0, 0.0, 0.0, 0.0]
         memory, adapt = np.asarray(logits, dtype=np.float64).T
-        losses = [_log_loss(memory, y).sum(), _log_loss(adapt, y).sum(), _log_loss((memory + adapt) / 2, y).sum()]
-        return [*map(float, losses), float(len(found))]
+        yy = np.asarray(y, dtype=np.float64)[found]
+        losses = [_log_loss(memory, yy).sum(), _log_loss(adapt, yy).sum(), _log_loss((memory + adapt) / 2, yy).sum()]
+        return labels, [*map(float, losses), float(len(found))]
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the infinite logits
-def test_record_and_score_give_exactly_what_the_row_by_row_loops_gave():
-    """Vectorised record/score: the same kept ids, the same sampling and eviction, bit-equal losses, on
-    repeated ids within and across minibatches, unknown ids, signed zeros and infinite logits."""
+def test_the_columns_give_exactly_what_the_row_by_row_dicts_gave():
+    """The same labels and bit-equal losses, on repeated ids within and across minibatches, unknown
+    ids, ids older than the capacity (forgotten, or their slot written over), signed zeros and
+    infinite logits."""
     rng = np.random.default_rng(3)
-    fast, slow = DelayedValidation(capacity=300), _RowByRow(capacity=300)
-    for step in range(60):
+    fast, slow = StreamedRows(capacity=300, logits=True), _RowByRow(capacity=300)
+    forgotten = 0
+    for step in range(80):
         ids = [f"k{v}" for v in rng.integers(0, 900, 96)]  # repeats, and ids never recorded
-        if step % 2 == 0:
+        if step % 3 != 2:
+            labels = torch.tensor(rng.integers(0, 2, 96), dtype=torch.float32)
             memory = torch.tensor(rng.normal(0, 3, 96), dtype=torch.float32)
             adapt = torch.tensor(rng.normal(0, 3, 96), dtype=torch.float32)
             memory[:3] = torch.tensor([-0.0, float("inf"), -float("inf")])
-            for v in (fast, slow):
-                v.record(ids, memory, adapt)
-            assert list(fast.pending) == list(slow.pending) and fast.every == slow.every
+            fast.record(ids, labels)
+            fast.record_logits(memory, adapt)
+            slow.record(ids, labels.numpy(), memory.numpy(), adapt.numpy())
+            assert set(fast.positions) == set(slow.rows)
         else:
-            labels = torch.tensor(rng.integers(0, 2, 96), dtype=torch.float32)
-            np.testing.assert_array_equal(fast.score(ids, labels), slow.score(ids, labels))  # NaN: the infinities
-    assert fast.every > 1  # the capacity overflowed: the hash sampling ran too
-    assert [complex(*p) for p in slow.pending.values()] == list(fast.pending.values())
+            y = rng.integers(0, 2, 96).astype(np.float32)
+            forgotten += sum(1 for k in ids if k in slow.rows and slow.rows[k][0] < slow.age - 300)
+            labels, losses = slow.take(ids, y)
+            found = fast.take(ids)
+            got = np.full(96, np.nan) if found.labels is None else found.labels.numpy()
+            np.testing.assert_array_equal(got, np.asarray(labels, np.float32))
+            score = [0.0] * 4
+            if found.logits is not None:
+                rows, m, a = found.logits
+                score = DelayedValidation.score(m, a, y[rows])
+            np.testing.assert_array_equal(score, losses)  # NaN: the infinities
+    assert forgotten > 0  # some taken ids were older than the capacity

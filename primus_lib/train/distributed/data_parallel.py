@@ -255,5 +255,5 @@ class DataParallel(Coordinator):
 
 
 def per_rank(gathered: list[dict]) -> dict:
-    """The once rule's records of every rank, in rank order (``StreamedLabels.load_state_dict(state, rank)``)."""
+    """The once rule's records of every rank, in rank order (``StreamedRows.load_state_dict(state, rank)``)."""
     return {"ranks": [g["streamed"] for g in gathered]}

@@ -37,7 +37,7 @@ from primus_lib.spec.training import ServedOutput, StreamCorrection
 from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
 from primus_lib.train.model.network import TwoTowerModel
-from primus_lib.train.model.streamed import StreamedLabels
+from primus_lib.train.model.streamed import StreamedRows
 from primus_lib.train.model.validation import DelayedValidation
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
@@ -116,34 +116,39 @@ class Evidence:
 
     def __init__(self, config: StepConfig):
         self.correct = config.correction != "none"
+        self.once = config.once
         self.completeness = Completeness(fixed=config.completeness)
         self.validation = DelayedValidation() if config.two_towers else None
-        self.streamed = StreamedLabels() if config.once else None
+        # the stream rows awaiting their batch copies: the once rule's labels, the validation's logits
+        self.streamed = StreamedRows(logits=config.two_towers) if config.needs_ids else None
         self.copies: torch.Tensor | None = None  # this batch minibatch's real-time labels (NaN: never streamed)
 
     def before_step(self, kind: str, ids: list[str] | None, labels: torch.Tensor | None, group) -> None:
         """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
         self.copies = None
+        found = None
         if self.streamed is not None:  # every rank, every step: a batch step's lookup is collective
             if kind == "stream":
                 self.streamed.record(ids, labels)
             else:
-                self.copies = self.streamed.take(ids, group)
+                found = self.streamed.take(ids, group)
+                self.copies = found.labels if self.once else None
         if not self.correct and self.validation is None:
             return
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
         scored = [0.0] * 4
-        if self.validation is not None and kind == "batch" and labels is not None:
-            scored = self.validation.score(ids, labels)
+        if found is not None and found.logits is not None and labels is not None:
+            rows, memory, adapt = found.logits
+            scored = DelayedValidation.score(memory, adapt, labels.detach().cpu().numpy()[rows])
         summed = group.sum(local + scored)
         if self.correct:
             self.completeness.add(kind, summed[0], int(summed[1]))
         if self.validation is not None:
             self.validation.add(summed[2:])
 
-    def after_forward(self, kind: str, ids: list[str] | None, out: Forward) -> None:
-        if self.validation is not None and kind == "stream" and out.adapt_logit is not None:
-            self.validation.record(ids, out.memory_logit, out.adapt_logit)
+    def after_forward(self, kind: str, out: Forward) -> None:
+        if self.streamed is not None and kind == "stream" and out.adapt_logit is not None:
+            self.streamed.record_logits(out.memory_logit, out.adapt_logit)
 
     @property
     def c(self) -> float:

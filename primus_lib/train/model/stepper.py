@@ -109,7 +109,7 @@ class LocalStepper:
             self.model.train()
         x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
         out = forward(self.model, self.config, kind, x, batch.labels, self.evidence)
-        self.evidence.after_forward(kind, batch.ids, out)
+        self.evidence.after_forward(kind, out)
         return out
 
     def step(

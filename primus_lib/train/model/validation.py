@@ -2,10 +2,10 @@
 
 The stream's real-time label misses late clicks, so scoring the towers on it favours the tower
 trained on it. The complete label of a stream row arrives with its batch copy, ``lag`` later. So an
-MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample),
-keyed by the sample id, and the batch step that brings a row's complete label scores them, as
-``primus eval`` scores a run. Three experts: the memory tower, the adapt tower and the mean of their
-logits. Their log losses are summed with an exponential discount (``HALFLIFE_ROWS`` scored rows) and
+MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample)
+with the rows' record (``streamed.py``, keyed by the sample id), and the batch step that brings a
+row's complete label scores them, as ``primus eval`` scores a run. Three experts: the memory
+tower, the adapt tower and the mean of their logits. Their log losses are summed with an exponential discount (``HALFLIFE_ROWS`` scored rows) and
 the weights are ``exp(-L_k)`` normalised (the Bayesian mixture: its cumulative loss is within
 ``log 3`` of the best expert's). The served output is ``sum_k w_k p_k``. Once the adapt tower wins
 the validation outright (weight above one half) it also moves the tables, with a share ``2 w - 1``
@@ -13,16 +13,14 @@ of its gradient (``objective.forward``): a world in which the fresh tower beats 
 (yesterday's data misleads) gets fresher tables; elsewhere they learn from the memory tower alone,
 exactly as the single tower's do. Before any row is scored the prior favours the mean.
 
-Kept rows are a sample when the stream outruns ``CAPACITY`` ids per lag (the sampling rate halves
-each time it overflows). Pending predictions are not checkpointed: after a restart the scoring
-resumes with the rows of the new process. A data-parallel world sums each step's losses over ranks.
+Rows past the record's capacity go unscored. The logits are not checkpointed: after a restart the
+scoring resumes with the rows of the new process. A data-parallel world sums each step's losses over
+ranks.
 """
 
 from __future__ import annotations
 
 import math
-import operator
-from itertools import compress, islice, repeat
 
 import numpy as np
 import torch
@@ -30,7 +28,6 @@ import torch
 EXPERTS = ("memory", "adapt", "mean")
 PRIOR = {"memory": 3.0, "adapt": 3.0, "mean": 0.0}  # nats: before any evidence, serve the mean
 HALFLIFE_ROWS = 5_000.0
-CAPACITY = 200_000
 
 
 def _log_loss(logit: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -38,43 +35,19 @@ def _log_loss(logit: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 class DelayedValidation:
-    def __init__(self, capacity: int = CAPACITY, halflife_rows: float = HALFLIFE_ROWS):
-        self.capacity = capacity
+    def __init__(self, halflife_rows: float = HALFLIFE_ROWS):
         self.decay = 0.5 ** (1.0 / halflife_rows)
         self.loss = dict(PRIOR)
         self.scored = 0.0
-        self.every = 1  # keep one stream row in ``every`` (by its id's hash)
-        self.pending: dict[str, complex] = {}  # id -> memory logit + adapt logit * 1j
 
-    def record(self, ids: list[str] | None, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> None:
-        """A stream minibatch's logits, before its step."""
-        if not ids:
-            return
-        pairs = np.empty(len(ids), np.complex128)  # (memory, adapt) as one number: one object per row
-        pairs.real, pairs.imag = memory_logit.detach().cpu().numpy(), adapt_logit.detach().cpu().numpy()
-        every = self.every
-        if every == 1:
-            self.pending.update(zip(ids, pairs.tolist(), strict=True))  # in C, as in score
-        else:
-            self.pending.update((k, p) for k, p in zip(ids, pairs.tolist(), strict=True) if hash(k) % every == 0)
-        if len(self.pending) > self.capacity:  # the oldest go; fewer rows are kept from now on
-            self.every *= 2
-            for key in list(islice(self.pending, len(self.pending) - self.capacity // 2)):
-                del self.pending[key]
-
-    def score(self, ids: list[str] | None, labels: torch.Tensor) -> list[float]:
-        """The losses of a batch minibatch's rows that were kept: ``[memory, adapt, mean, rows]``."""
-        if not ids or not self.pending:
+    @staticmethod
+    def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
+        """The losses of rows' kept logits against their complete labels: ``[memory, adapt, mean, rows]``."""
+        if not len(labels):
             return [0.0, 0.0, 0.0, 0.0]
-        got = list(map(self.pending.pop, ids, repeat(None)))  # a Python loop over the rows took 4x longer
-        found = np.fromiter(map(operator.is_not, got, repeat(None)), dtype=bool, count=len(got))
-        if not found.any():
-            return [0.0, 0.0, 0.0, 0.0]
-        y = labels.detach().cpu().numpy()[found].astype(np.float64)
-        pairs = np.fromiter(compress(got, found), dtype=np.complex128)
-        memory, adapt = pairs.real, pairs.imag
+        y = labels.astype(np.float64)
         losses = [_log_loss(memory, y).sum(), _log_loss(adapt, y).sum(), _log_loss((memory + adapt) / 2, y).sum()]
-        return [*map(float, losses), float(len(pairs))]
+        return [*map(float, losses), float(len(y))]
 
     def add(self, increments: list[float]) -> None:
         """Fold in a step's losses (summed over ranks in a data-parallel world)."""
@@ -107,7 +80,7 @@ class DelayedValidation:
         )
 
     def state_dict(self) -> dict:
-        return {"loss": dict(self.loss), "scored": self.scored, "every": self.every}
+        return {"loss": dict(self.loss), "scored": self.scored}
 
     def load_state_dict(self, state: dict) -> None:
-        self.loss, self.scored, self.every = dict(state["loss"]), float(state["scored"]), int(state["every"])
+        self.loss, self.scored = dict(state["loss"]), float(state["scored"])  # older states' "every" is unused
