@@ -150,19 +150,25 @@ class StreamedRows:
             return None
         return rows[scored], memory[scored].astype(np.float64), adapt[scored].astype(np.float64)
 
-    def labels_by_id(self) -> dict[str, float]:
-        """Every remembered row's real-time label."""
-        keys = list(self.positions)
-        position = np.fromiter(self.positions.values(), dtype=np.int64, count=len(keys))
+    def _remembered(self) -> tuple[list[str], np.ndarray]:
+        """Every remembered row's id and real-time label, oldest first."""
+        ids = list(self.positions)
+        position = np.fromiter(self.positions.values(), dtype=np.int64, count=len(ids))
         live = position >= max(0, self.next - self.capacity)
-        labels = self.columns["label"][position[live] % self.capacity] if live.any() else np.zeros(0, np.float32)
-        return dict(zip(compress(keys, live), labels.tolist(), strict=True))
+        if not live.all():  # rows whose slots were written over: forgotten
+            ids, position = list(compress(ids, live)), position[live]
+        labels = self.columns["label"][position % self.capacity] if len(ids) else np.zeros(0, np.float32)
+        return ids, labels
+
+    def labels_by_id(self) -> dict[str, float]:
+        ids, labels = self._remembered()
+        return dict(zip(ids, labels.tolist(), strict=True))
 
     def state_dict(self) -> dict:
         """Two tensors (the ids as bytes, the labels): a checkpoint copies them whole, where lists of a
         million ids would cost the training thread a deepcopy visit per id."""
-        remembered = self.labels_by_id()
-        return {"ids": _encode(list(remembered)), "labels": torch.tensor(list(remembered.values()))}
+        ids, labels = self._remembered()
+        return {"ids": _encode(ids), "labels": torch.from_numpy(labels.copy())}
 
     def load_state_dict(self, state: dict, rank: int = 0) -> None:
         """``state`` of one process, or of a data-parallel world's ranks (``{"ranks": [...]}``: ``rank``'s)."""
