@@ -16,7 +16,12 @@ Figures (per sample, wall clock):
 - ``input_wait`` = (loop wall - step - checkpoint) / loop wall: everything the training loop
   did besides the model's step and the checkpoints on its thread (waiting on input, idle
   sleeps, choosing and accounting minibatches), from ``Trainer.run``'s start to its end;
-- ``..._thread_cpu``: per CPU second of the training thread (the least noisy on a shared box).
+- ``..._thread_cpu``: per CPU second of the training thread (the least noisy on a shared box);
+- ``step_alone_vs_bare_thread_cpu``: the trainer's stepper alone (``LocalStepper.step`` on the same
+  minibatches decoded before its clock starts, no loop, no prefetch thread) against the bare loop,
+  per training-thread CPU second: what the step itself costs beside ordinary TorchRec code;
+  ``step_in_trainer_vs_alone_thread_cpu``: the same steps' CPU inside ``primus train`` over alone
+  (above 1: the loop's other threads slow the step down).
 
 The machine is shared: contenders are interleaved (each round alternates who goes first) and
 every run is in the JSON. Run: .venv/bin/python bench/train.py  (last line: one JSON object)
@@ -73,7 +78,7 @@ class Probe:
         self._wrap(Trainer, "run", "run_s")
 
     def reset(self) -> None:
-        self.step_s = self.checkpoint_s = self.run_s = 0.0
+        self.step_s = self.checkpoint_s = self.run_s = self.step_cpu_s = 0.0
         self.steps: list[tuple[str, int]] = []  # (kind, rows) of every step, in order
 
     def _record(self, args: tuple) -> None:
@@ -85,12 +90,13 @@ class Probe:
         inner = getattr(cls, name)
 
         def timed(*args, **kwargs):
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             try:
                 return inner(*args, **kwargs)
             finally:
                 setattr(self, field, getattr(self, field) + time.perf_counter() - began)
                 if record is not None:
+                    self.step_cpu_s += time.thread_time() - cpu
                     record(args)
 
         setattr(cls, name, timed)
@@ -135,6 +141,7 @@ def ours(job, events, mode: str, probe: Probe) -> dict:
         "input_wait": (loop - probe.step_s - probe.checkpoint_s) / loop,
         "checkpoint_fraction": probe.checkpoint_s / loop,
         "startup_s": wall - loop,
+        "step_cpu_s": probe.step_cpu_s,
         "steps": list(probe.steps),
     }
 
@@ -168,6 +175,18 @@ def bare(job, steps, batch_rows, events, mode: str, tables: str = "fused", share
     mbs = minibatches(steps[: max(1, int(len(steps) * share))], batch_rows, events)
     gc.collect()
     return bare_torchrec.run(shape(job), mbs, two_towers=mode == "mtrm", tables=tables)
+
+
+def alone(job, steps, batch_rows, events, mode: str) -> dict:
+    """The trainer's stepper alone on the same minibatches, decoded before the clock starts."""
+    ids = job.spec.features.id or "request_id"
+    batches = [(kind, to_batch(t, job.spec.features, ids)) for kind, t in minibatches(steps, batch_rows, events)]
+    gc.collect()
+    cpu = time.thread_time()
+    stepper = LocalStepper(job, mode=mode)
+    for kind, batch in batches:
+        stepper.step(kind, batch)
+    return {"thread_cpu_s": time.thread_time() - cpu, "rows": sum(b.size for _, b in batches)}
 
 
 def reader_only(job, events) -> float:
@@ -206,6 +225,7 @@ def main() -> None:
         threads = compute_threads(job)
         runs: dict[str, list[dict]] = {m: [] for m in MODES}
         bares: dict[str, list[dict]] = {m: [] for m in MODES}
+        alones: dict[str, list[dict]] = {m: [] for m in MODES}
         for r in range(ROUNDS):  # interleaved: each round alternates who goes first
             for mode in MODES if r % 2 == 0 else MODES[::-1]:
                 steps = runs[mode][-1]["steps"] if runs[mode] else None
@@ -217,6 +237,7 @@ def main() -> None:
                     runs[mode].append(ours(job, events, mode, probe))
                     torch.set_num_threads(threads)
                     bares[mode].append(bare(job, runs[mode][-1]["steps"], batch_rows, events, mode))
+                alones[mode].append(alone(job, runs[mode][-1]["steps"], batch_rows, events, mode))
             loads.append(os.getloadavg()[0])
         torch.set_num_threads(threads)
         backward = {m: bare(job, runs[m][0]["steps"], batch_rows, events, m, "in_backward", 0.25) for m in MODES}
@@ -231,6 +252,10 @@ def main() -> None:
         ]
         for m in MODES
     }
+    # per row of training-thread CPU: the fastest of each's ROUNDS runs (the machine's noise only adds)
+    step_alone = {m: min(a["thread_cpu_s"] / a["rows"] for a in alones[m]) for m in MODES}
+    step_bare = {m: min(1.0 / b["samples_per_thread_cpu_s"] for b in bares[m]) for m in MODES}
+    step_in = {m: min(o["step_cpu_s"] / o["rows"] for o in runs[m]) for m in MODES}
     cost = [s["samples_per_s"] / m["samples_per_s"] for m, s in zip(runs["mtrm"], runs["single_tower"], strict=True)]
     rate = {m: _median([x["samples_per_s"] for x in runs[m]]) for m in MODES}
     bare_rate = {m: _median([x["samples_per_s"] for x in bares[m]]) for m in MODES}
@@ -249,6 +274,10 @@ def main() -> None:
         "ratio_vs_bare_torchrec_single_tower_thread_cpu": _r(_median(cpu_pairs["single_tower"])),
         "ratio_vs_bare_in_backward": _r(rate["mtrm"] / backward["mtrm"]["samples_per_s"]),
         "ratio_vs_bare_in_backward_single_tower": _r(rate["single_tower"] / backward["single_tower"]["samples_per_s"]),
+        "step_alone_vs_bare_thread_cpu": _r(step_bare["mtrm"] / step_alone["mtrm"]),
+        "step_alone_vs_bare_thread_cpu_single_tower": _r(step_bare["single_tower"] / step_alone["single_tower"]),
+        "step_in_trainer_vs_alone_thread_cpu": _r(step_in["mtrm"] / step_alone["mtrm"]),
+        "step_in_trainer_vs_alone_thread_cpu_single_tower": _r(step_in["single_tower"] / step_alone["single_tower"]),
         "input_wait": _r(max(_median(waits["mtrm"]), _median(waits["single_tower"])), 4),
         "input_wait_meaning": "(loop wall - step - checkpoint) / loop wall, the larger of MTRM's and single_tower's "
         "medians (aim <= 0.01)",
