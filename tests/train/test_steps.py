@@ -154,20 +154,27 @@ def test_row_ids_are_read_only_when_asked_for(tiny):
     assert to_batch(table, job.spec.features, "request_id").ids == ["a", "b"]
 
 
-def test_the_towers_multi_tensor_adam_is_bit_equal_to_torchs_default(tiny):
-    """The towers' Adam runs foreach (faster); the weights are exactly those of the single-tensor Adam
-    that CPU parameters get by default, and a resumed stepper keeps the multi-tensor path."""
+def test_the_towers_fused_adam_agrees_with_torchs_default(tiny):
+    """The towers' Adam runs fused (faster); the towers' weights are those of the single-tensor Adam that
+    CPU parameters get by default, to float rounding (the tables' row-wise Adagrad divides by the root of
+    a row's squared gradients, so a row's first, tiny gradients can differ by far more than the rounding:
+    compared on average), and a resumed stepper keeps the fused path."""
     _, job = tiny
     ours, plain = LocalStepper(job, mode="mtrm", seed=5), LocalStepper(job, mode="mtrm", seed=5)
     lr = plain.config.learning_rate
     plain.optimizers = {t: torch.optim.Adam(plain.tower_params[t], lr=lr, foreach=False) for t in ("memory", "adapt")}
+    assert all(g["fused"] for opt in ours.optimizers.values() for g in opt.param_groups)
     for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch"]):
         batch = _batch(job, seed=20 + i)
         ours.step(kind, batch), plain.step(kind, batch)
-    assert all(torch.equal(a, b) for a, b in zip(ours.params, plain.params, strict=True))
+    for a, b in zip(ours.model.dense_parameters(), plain.model.dense_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(ours.tables, plain.tables, strict=True):
+        assert (a - b).abs().mean() < 1e-5 * a.abs().mean()
     resumed = LocalStepper(job, mode="mtrm")
-    resumed.load_state_dict(plain.state_dict())  # a checkpoint written with foreach=False
-    assert all(g["foreach"] for opt in resumed.optimizers.values() for g in opt.param_groups)
+    resumed.load_state_dict(plain.state_dict())  # a checkpoint written unfused
+    assert all(g["fused"] and not g["foreach"] for opt in resumed.optimizers.values() for g in opt.param_groups)
+    resumed.step("stream", _batch(job, seed=30))  # and it steps
 
 
 @pytest.mark.parametrize("kind", ["batch", "stream"])

@@ -56,6 +56,7 @@ from primus_lib.train.distributed.group import Group
 from primus_lib.train.model.batch import Batch
 from primus_lib.train.model.network import TwoTowerModel
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
+from primus_lib.train.model.stepper import tower_adam
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -179,11 +180,9 @@ class ShardedStepper:
         self.group = Group()
         self._broadcast_dense()
         lr = self.config.learning_rate
-        self.optimizers: dict[str, torch.optim.Optimizer] = {
-            "memory": torch.optim.Adam(self.model.memory_parameters(), lr=lr)
-        }
+        self.optimizers: dict[str, torch.optim.Optimizer] = {"memory": tower_adam(self.model.memory_parameters(), lr)}
         if self.config.two_towers:
-            self.optimizers["adapt"] = torch.optim.Adam(self.model.adapt_parameters(), lr=lr)
+            self.optimizers["adapt"] = tower_adam(self.model.adapt_parameters(), lr)
         self._pad = self._dummy_batch()
 
     @property
