@@ -185,8 +185,9 @@ def forward(
         memory_logit = model.memory_forward(_scaled(x, 1.0 - share))
         loss = F.binary_cross_entropy_with_logits(memory_logit, labels, reduction="none")
         if evidence.copies is not None:  # a streamed row's copy trains only what its stream step lacked
-            seen = ~torch.isnan(evidence.copies)
-            trained = delayed.stream_loss(config.correction, memory_logit, evidence.copies.nan_to_num(0.0), evidence.c)
+            copies = evidence.copies.to(memory_logit.device)  # kept on the host; the logits may be on a GPU
+            seen = ~torch.isnan(copies)
+            trained = delayed.stream_loss(config.correction, memory_logit, copies.nan_to_num(0.0), evidence.c)
             loss = loss - torch.where(seen, trained, torch.zeros_like(trained))
         return Forward(loss, memory_logit, None, ("memory",))
     memory_logit = model.memory_forward(x)

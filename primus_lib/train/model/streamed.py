@@ -13,8 +13,7 @@ stream's negative into a positive. A batch row the stream never carried trains i
 
 MTRM also keeps its towers' logits of each stream row, predicted before the row's step, for the
 delayed validation (``validation.py``) to score when the complete label arrives. Both read the same
-record: one id lookup a row, the step's main cost beside the model's (two lookups cost MTRM 10% of
-its step on bench/train.py).
+record: one id lookup a row (a second lookup cost MTRM about 6% of its step's CPU on bench/train.py).
 
 Bounded: past ``CAPACITY`` rows the oldest are forgotten (their batch copies then train in full and
 are not scored). The ids and labels are checkpointed with the stepper's evidence, so a restart keeps
