@@ -41,7 +41,7 @@ from devstack.proc import wait_for_line  # noqa: E402
 from primus_lib.data.flight_client import ExecutorStreamReader  # noqa: E402
 from primus_lib.resources.discovery import LocalDiscovery  # noqa: E402
 from primus_lib.spec import load_job  # noqa: E402
-from tests.data.helpers import job_doc  # noqa: E402
+from tests.fixtures.specs import demo_doc  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_STREAM_ROWS", "200000"))
 PARTITIONS = 4
@@ -99,7 +99,7 @@ def floor(bootstrap: str, topic: str) -> float:
 
 
 def ours(work: Path, bootstrap: str, topic: str, count: int, run: int) -> float:
-    doc = job_doc(f"file://{work}/data", bootstrap=bootstrap, topic=topic)
+    doc = demo_doc(f"file://{work}/data", hours=3, bootstrap=bootstrap, topic=topic)
     doc["metadata"]["name"] = f"bench-{count}-{run}"
     doc["spec"]["dataset"]["streams"][1]["sources"][0]["kafka"].update(startup="earliest", group_id=f"g{count}-{run}")
     doc["spec"]["storage"] = {"root": str(work / "jobs")}

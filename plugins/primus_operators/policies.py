@@ -10,15 +10,24 @@ limits.
 
 Installed with the package: Airflow loads the ``airflow.policy`` entry point (pyproject.toml) in
 every one of its processes at start (a deployment's own ``airflow_local_settings`` hook of the
-same name runs as well: pluggy calls every implementation). That start is also where DAG parsing gets cheap: the DAG processor forks
-one process per DAG file from a process that has loaded this module, so what ``warm_dag_parsing``
-imports (the job-spec model, whose validators pydantic builds at import, and the operators) is
-paid once per DAG processor instead of once per generated DAG file (bench/dag_parse.py).
+same name runs as well: pluggy calls every implementation). That start is also where imports get
+cheap (``warm_imports``), because Airflow forks the processes that do the work:
+- the DAG processor forks one process per DAG file, so the job-spec model (whose validators
+  pydantic builds at import) and the operators are paid once per DAG processor instead of once
+  per generated DAG file (bench/dag_parse.py);
+- a task runs in a fork of its worker (the Task SDK's supervisor ``os.fork``s; LocalExecutor's
+  workers are forks of the scheduler, a Celery worker forks each task), so in those processes the
+  data task's and the Joiner's modules (pyarrow, the ledger's SQLAlchemy: 0.35-0.45 s a process)
+  are loaded too, once per worker instead of once per data task (bench/executor.py). Only there:
+  they add about 90 MiB of private memory to a process, which the forks share until they write.
+  A KubernetesExecutor pod starts afresh and inherits nothing.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from airflow.policies import hookimpl
@@ -109,14 +118,28 @@ def set_resources(pod: k8s.V1Pod, cpu: float, memory: float) -> None:
         )
 
 
-def warm_dag_parsing() -> None:
-    """Import what every Primus DAG file needs; a broken install must not stop Airflow itself
-    (each DAG file then reports the import error where users look for it)."""
+# What every Primus DAG file imports, and what a data task or the Joiner adds when it runs.
+PARSE_MODULES = ("primus_lib.spec", "primus_operators.operators")
+TASK_MODULES = ("primus_lib.data.task", "primus_lib.data.executor.task", "primus_lib.data.executor.join")
+# The Airflow commands whose forks run tasks: ``airflow scheduler`` (LocalExecutor) and
+# ``airflow celery worker``.
+TASK_FORKING_COMMANDS = (("scheduler",), ("celery", "worker"))
+
+
+def forks_tasks(argv: list[str]) -> bool:
+    """This process is an Airflow command whose forks run tasks (``argv``: its ``sys.argv``)."""
+    return any(tuple(argv[1 : 1 + len(command)]) == command for command in TASK_FORKING_COMMANDS)
+
+
+def warm_imports(argv: list[str] | None = None) -> None:
+    """Import what this Airflow process's forks will need; a broken install must not stop Airflow
+    itself (each DAG file or task then reports the import error where users look for it)."""
+    modules = PARSE_MODULES + (TASK_MODULES if forks_tasks(sys.argv if argv is None else argv) else ())
     try:
-        import primus_lib.spec  # noqa: F401
-        import primus_operators.operators  # noqa: F401
+        for module in modules:
+            importlib.import_module(module)
     except Exception as exc:
-        log.warning("primus: DAG parsing not pre-warmed (%s: %s)", type(exc).__name__, exc)
+        log.warning("primus: imports not pre-warmed (%s: %s)", type(exc).__name__, exc)
 
 
-warm_dag_parsing()
+warm_imports()

@@ -215,18 +215,64 @@ def test_the_store_is_read_with_the_storage_connection(kube_job, s3_env, policy_
     assert "keeps its parse-time resources" in caplog.text and secret not in caplog.text
 
 
-def test_every_airflow_process_loads_the_policy_and_what_dag_files_need(tmp_path):
-    """The entry point is what installs the hook; the DAG processor, which forks per DAG file after
-    this start, then holds the spec model and the operators (bench/dag_parse.py measures the gain)."""
+@pytest.mark.parametrize(
+    ("command", "task_modules"),
+    [
+        ([], False),
+        (["dag-processor"], False),
+        (["api-server"], False),
+        (["scheduler"], True),
+        (["celery", "worker"], True),
+    ],
+)
+def test_every_airflow_process_loads_the_policy_and_what_its_forks_need(tmp_path, command, task_modules):
+    """The entry point is what installs the hook. Every process then holds the spec model and the
+    operators (the DAG processor forks per DAG file after this start: bench/dag_parse.py); those
+    whose forks run tasks (LocalExecutor's scheduler, a Celery worker) also the data task's and
+    the Joiner's modules (bench/executor.py), never torch; the others stay without them."""
     probe = (
         "import sys, airflow\n"
         "from airflow.settings import get_policy_plugin_manager\n"
         "impls = get_policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls()\n"
         "print([h.plugin_name for h in impls], 'primus_lib.spec.job' in sys.modules,"
-        " 'primus_operators.operators.trainer' in sys.modules)\n"
+        " 'primus_operators.operators.trainer' in sys.modules,"
+        " 'primus_lib.data.executor.task' in sys.modules, 'primus_lib.data.executor.join' in sys.modules,"
+        " 'pyarrow' in sys.modules, 'torch' in sys.modules)\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     out = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", probe, *command], env=env, capture_output=True, text=True, timeout=120, check=True
     )
-    assert out.stdout.strip().splitlines()[-1] == "['primus'] True True", out.stderr[-2000:]
+    loaded = out.stdout.strip().splitlines()[-1]
+    expected = f"['primus'] True True {task_modules} {task_modules} {task_modules} False"
+    assert loaded == expected, out.stderr[-2000:]
+
+
+def _mapped(pid: int, library: str) -> bool:
+    return library in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_scheduler_holds_the_data_tasks_modules_before_any_task(airflow_server):
+    """The real ``airflow standalone`` (the test session's, LocalExecutor): its scheduler and the
+    LocalExecutor workers it forked, whose forks run every task, have pyarrow's library mapped;
+    the API server, the DAG processor and the triggerer have not (they stay ~90 MiB lighter)."""
+    import psutil
+
+    components: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        if len(argv) >= 3 and Path(argv[1]).name == "airflow":
+            components.setdefault(argv[2], []).append(proc)
+        elif argv and argv[0].startswith(("airflow api_server", "airflow worker -- LocalExecutor")):
+            components.setdefault(argv[0].split(" --")[0], []).append(proc)
+    wanted = {"scheduler", "airflow worker", "airflow api_server", "dag-processor", "triggerer"}
+    assert wanted <= set(components), components
+    for name in ("scheduler", "airflow worker"):
+        for proc in components[name]:
+            assert _mapped(proc.pid, "libarrow"), f"{name} {proc.pid} has not loaded the data task's modules"
+    for name in ("airflow api_server", "dag-processor", "triggerer"):
+        for proc in components[name]:
+            assert not _mapped(proc.pid, "libarrow"), f"{name} {proc.pid} loaded pyarrow"
