@@ -28,7 +28,8 @@ pyarrow, Polars and DuckDB set to it. Best of RUNS runs, contenders interleaved 
 neighbour hits all of them; ratios are ours / theirs in rows per wall second. Extra figures:
 CPU seconds, per-stage seconds, the start-up (interpreter + imports) of each kind of process,
 and the costs of the guarantees measured on the committed window (``guarantees_s``). Prints
-one JSON line last.
+one JSON line last. ``BENCH_EXECUTOR_ROWS`` (rows a file) and ``BENCH_EXECUTOR_RUNS`` shrink it
+(tests/bench/test_executor.py runs it small).
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FILES, ROWS = 8, 125_000
-RUNS = 5  # in one process
-PROCESS_RUNS = 3  # as the DAG runs it (~20 processes a run)
+FILES, ROWS = 8, int(os.environ.get("BENCH_EXECUTOR_ROWS", 125_000))  # rows a file
+RUNS = int(os.environ.get("BENCH_EXECUTOR_RUNS", 5))  # in one process
+PROCESS_RUNS = min(RUNS, 3)  # as the DAG runs it (~20 processes a run)
 SHARD = 65536
 CONTENDERS = ("ours", "floor", "pandas", "polars", "duckdb")
 HOUR = "20261101/00"  # tests.data.helpers.T0's partition
