@@ -373,7 +373,7 @@ def ours_per_process(spec: Path, tasks: list[dict], threads: int, launch) -> tup
     clock.lap("data_tasks")
     joined, join_startup = launch(threads)(["--join", str(spec)], env_for(threads))
     clock.lap("join_process")
-    clock.forked_cpu = sum(got.get("forked_cpu_s", 0.0) for got, _ in [*done, (joined, 0.0)])
+    clock.forked_cpu = sum(got.get("forked_cpu_s", 0.0) for got in [*(got for got, _ in done), joined])
     clock.stages["startup_per_task"] = sum(s for _, s in done) / len(done)
     clock.stages["startup_join"] = join_startup
     for stage in ("read_decode", "stage", "metrics"):
