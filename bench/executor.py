@@ -1,11 +1,11 @@
 """Batch data-executor throughput: read -> decode -> join -> shuffle -> shard write of one window.
 
 Headline (``per_process``): the window as the DAG runs it on the LocalExecutor (the embedded
-default's Airflow). Ours: one process per data task (what a mapped Airflow
-``PrimusDataTaskOperator`` runs: load the spec, ``execute_task``:
-parquet read of the needed columns, decode, staged Arrow IPC, the scaler's per-task metrics,
-under the data_executor allotment), ``threads`` of them at a time (the pool's slots, one core
-each), then one Joiner process (``join_window``: left join, window checks, seeded shuffle,
+default's Airflow). Ours: one process per unit of data tasks, packed as the DataSource operator
+packs them for the pool's slots (``dtgg.packing``; what a mapped Airflow ``PrimusDataTaskOperator``
+runs: load the spec, then per task ``execute_task``: parquet read of the needed columns, decode,
+staged Arrow IPC, the scaler's per-task metrics, under the data_executor allotment), ``threads``
+of them at a time (the pool's slots, one core each), then one Joiner process (``join_window``: left join, window checks, seeded shuffle,
 fixed-size IPC shards with sha256 + fsync, atomic manifest) with ``threads`` threads. Every
 contender is one process too: the floor (raw pyarrow
 read of the same files + an IPC write), and the same pipeline written plainly in pandas
@@ -19,7 +19,7 @@ the fork (Polars, DuckDB, pandas) is counted. ``per_process_spawned``: every pro
 interpreter with all its imports, as a KubernetesExecutor pod (or ``execute_tasks_new_python_
 interpreter``) runs a task: the less favourable figure. Not counted on either side: the rest of
 Airflow's own cost per task (the DAG file's parse in the fork, the calls to the API server), which
-our window pays 17 times (16 data tasks + the Joiner) and a one-operator pipeline once.
+our window pays once per unit and once for the Joiner, and a one-operator pipeline once.
 
 Also measured (``in_process``): everything in one warm process, imports excluded, as the
 ``BatchExecutor`` / ``run_window`` (CLI, demo) runs a window and a persistent executor would.
@@ -85,8 +85,8 @@ GUARANTEES = {
 
 
 # -- what runs inside one fresh process (imports inside: they are part of what is measured) ----------
-def task_process(spec: str, raw_task: str) -> dict:
-    """One mapped data task as ``PrimusDataTaskOperator.execute`` runs it, without Airflow."""
+def task_process(spec: str, raw_unit: str) -> dict:
+    """One mapped unit of data tasks as ``PrimusDataTaskOperator.execute`` runs it, without Airflow."""
     from primus_lib.data.executor import execute_task
     from primus_lib.data.executor.task import skip_arrow_pandas_probe
     from primus_lib.data.task import DataTask
@@ -95,8 +95,10 @@ def task_process(spec: str, raw_task: str) -> dict:
     skip_arrow_pandas_probe()
     imported = time.perf_counter()
     timings: dict[str, float] = {}
-    output = execute_task(load_job(spec), DataTask.from_dict(json.loads(raw_task)), timings=timings)
-    return {"rows": output.rows, "imported": imported, "timings": timings}
+    tasks = [DataTask.from_dict(raw) for raw in json.loads(raw_unit)]
+    job = load_job(spec)
+    rows = sum(execute_task(job, task, timings=timings).rows for task in tasks)
+    return {"rows": rows, "imported": imported, "timings": timings}
 
 
 def join_process(spec: str) -> dict:
@@ -359,22 +361,23 @@ def env_for(threads: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "POLARS_MAX_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
 
 
-def ours_per_process(spec: Path, tasks: list[dict], threads: int, launch) -> tuple[Clock, int]:
-    """``threads`` task processes at a time (pool slots x 1 core), then the Joiner process; each
+def ours_per_process(spec: Path, units: list[list[dict]], threads: int, launch) -> tuple[Clock, int]:
+    """``threads`` unit processes at a time (pool slots x 1 core), then the Joiner process; each
     process started by ``launch`` (``run_child``: a fresh interpreter; ``Workers.launch``: a fork)."""
     clock = Clock()
     task_env, run_task = env_for(1), launch(1)
 
-    def one(task: dict) -> tuple[dict, float]:
-        return run_task(["--task", str(spec), json.dumps(task)], task_env)
+    def one(unit: list[dict]) -> tuple[dict, float]:
+        return run_task(["--task", str(spec), json.dumps(unit)], task_env)
 
     with ThreadPoolExecutor(threads) as slots:
-        done = list(slots.map(one, tasks))
+        done = list(slots.map(one, units))
     clock.lap("data_tasks")
     joined, join_startup = launch(threads)(["--join", str(spec)], env_for(threads))
     clock.lap("join_process")
     clock.forked_cpu = sum(got.get("forked_cpu_s", 0.0) for got in [*(got for got, _ in done), joined])
-    clock.stages["startup_per_task"] = sum(s for _, s in done) / len(done)
+    clock.stages["startup_per_unit"] = sum(s for _, s in done) / len(done)
+    clock.stages["units"] = len(done)
     clock.stages["startup_join"] = join_startup
     for stage in ("read_decode", "stage", "metrics"):
         clock.stages[stage] = sum(got["timings"].get(stage, 0.0) for got, _ in done)
@@ -448,13 +451,16 @@ def make_data(root: Path) -> int:
     return FILES * ROWS
 
 
-def planned_job(doc: dict, root: Path, threads: int) -> tuple:
-    """A fresh job (its own ledger, staging, windows), its spec file and its planned data tasks."""
+def planned_job(doc: dict, root: Path, threads: int, slots: int = 1) -> tuple:
+    """A fresh job (its own ledger, staging, windows), its spec file and its planned data tasks in
+    units for ``slots`` executors of ``threads`` cores each, each source's apart (as its DataSource
+    operator packs them)."""
     import copy
 
     import yaml
 
     from primus_lib.data.dtgg import plan_source
+    from primus_lib.data.dtgg.packing import pack
     from primus_lib.data.executor.task import EXECUTOR_ROLE
     from tests.fixtures.specs import T0, load
 
@@ -465,8 +471,12 @@ def planned_job(doc: dict, root: Path, threads: int) -> tuple:
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "job.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    tasks = [t.to_dict() for source in ("impressions", "clicks") for t in plan_source(job, "history", source, T0)]
-    return job, spec, tasks
+    units = [
+        [task.to_dict() for task in unit]
+        for source in ("impressions", "clicks")
+        for unit in pack(plan_source(job, "history", source, T0), slots)
+    ]
+    return job, spec, units
 
 
 def guarantees(table, out: Path) -> dict[str, float]:
@@ -547,8 +557,8 @@ def measure(threads: int) -> dict:
         launchers = {"per_process": workers.launch, "per_process_spawned": lambda _: run_child}
         for run in range(RUNS):
             for mode, launch in launchers.items() if run < PROCESS_RUNS else ():
-                _, spec, tasks = planned_job(doc, work / f"{mode}{run}", 1)  # pool slots x 1 core each
-                clock, got = ours_per_process(spec, tasks, threads, launch)
+                _, spec, units = planned_job(doc, work / f"{mode}{run}", 1, threads)  # pool slots x 1 core each
+                clock, got = ours_per_process(spec, units, threads, launch)
                 assert got == rows, got
                 runs[mode]["ours"].append(clock)
                 for name in names[1:]:
@@ -621,7 +631,8 @@ def main() -> None:
         "process_runs": PROCESS_RUNS,
         "headline": "per_process",
         "measured": "wall seconds, best of the runs, contenders interleaved; ratios = ours / theirs in rows per second",
-        "per_process_means": "ours: 16 data-task processes (threads at a time, 1 core each) then 1 Joiner process; "
+        "per_process_means": "ours: a process per unit of data tasks (each source's 8 files packed for the "
+        "pool's threads slots, dtgg.packing; threads at a time, 1 core each) then 1 Joiner process; "
         "theirs: 1 process each; every process forked from a warm Airflow worker (Airflow + the Primus policy's "
         "imports of `airflow scheduler`), as the LocalExecutor runs a task; imports after the fork counted, "
         "the DAG file's parse and the API calls of Airflow's task runner not",

@@ -180,7 +180,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
                         executor_config=executor_config,
                         retries=2,
                         retry_delay=timedelta(seconds=10),
-                    ).expand(data_task=planned.output)
+                    ).expand(data_tasks=planned.output)
                     executed >> join
                 sink = PrimusSinkOperator(
                     task_id=naming.SINK_TASK,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from primus_lib.allocation import record_allocation, role_resources
+from primus_lib.allocation import allocations_dir, record_allocation, role_resources
 from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.units import format_cpu, format_memory
 from primus_lib.storage import Where, locate
@@ -66,6 +66,16 @@ class ScalingStore:
         if self.dir is None:
             return
         record_allocation(self.dir, role, cpu, memory)
+
+
+def role_replicas(job: PrimusJob, role: str) -> int:
+    """How many workers the role has now: the horizontal policy's latest count, else the spec's
+    (1 when the spec has no such role)."""
+    spec = job.spec.resources.roles.get(role)
+    if spec is None:
+        return 1
+    state = ScalingStore(allocations_dir(job) / role).load()
+    return max(1, int(state.get("allocation", {}).get("replicas", spec.replicas)))
 
 
 def executor_config(job: PrimusJob, role: str = "data_executor") -> dict[str, Any]:

@@ -58,11 +58,12 @@ def test_the_operators_read_hdfs_through_the_spec_connection(hdfs_cluster, tmp_p
         op = PrimusDataSourceOperator(
             task_id=f"source_{source}", spec_path=str(spec_path), stream="history", source=source
         )
-        tasks = op.execute(context)
+        units = op.execute(context)
+        tasks = [t for unit in units for t in unit]
         assert tasks and all(t["uri"].startswith(hdfs_cluster.uri(f"{base}/{source}/20261101/00/")) for t in tasks)
-        for raw in tasks:
-            task_op = PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_task=raw)
-            outputs.append(task_op.execute(context))
+        for unit in units:
+            task_op = PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_tasks=unit)
+            outputs.extend(task_op.execute(context))
     manifest = PrimusJoinerOperator(task_id="join", spec_path=str(spec_path), stream="history").execute(context)
     expected = sum(pq.read_metadata(f).num_rows for f in (local.data / "impressions/20261101/00").glob("*.parquet"))
     assert manifest["rows"] == expected > 0 and manifest["window"] == "20261101T000000Z"

@@ -44,14 +44,12 @@ def test_source_data_tasks_and_join_read_s3_through_the_spec_connection(s3_serve
         op = PrimusDataSourceOperator(
             task_id=f"source_{source}", spec_path=str(spec_path), stream="history", source=source
         )
-        tasks = op.execute(context)
+        units = op.execute(context)
+        tasks = [t for unit in units for t in unit]
         assert tasks and all(t["uri"].startswith(f"s3://{BUCKET}/{source}/20261101/00/") for t in tasks)
-        for raw in tasks:
-            outputs.append(
-                PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_task=raw).execute(
-                    context
-                )
-            )
+        for unit in units:
+            op = PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_tasks=unit)
+            outputs.extend(op.execute(context))
     manifest = PrimusJoinerOperator(task_id="join", spec_path=str(spec_path), stream="history").execute(context)
     assert manifest["rows"] > 0 and manifest["window"] == "20261101T000000Z"
     assert len(outputs) >= 2
@@ -97,12 +95,12 @@ def test_job_state_on_s3_through_the_storage_connection_keeps_the_secret_out_of_
 
     xcoms: list = []
     for source in ("impressions", "clicks"):
-        tasks = PrimusDataSourceOperator(
+        units = PrimusDataSourceOperator(
             task_id=f"source_{source}", spec_path=str(spec_path), stream="history", source=source
         ).execute(context)
-        xcoms.append(tasks)
-        for raw in tasks:
-            op = PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_task=raw)
+        xcoms.append(units)
+        for unit in units:
+            op = PrimusDataTaskOperator(task_id=f"execute_{source}", spec_path=str(spec_path), data_tasks=unit)
             xcoms.append(op.execute(context))
     manifest = PrimusJoinerOperator(task_id="join", spec_path=str(spec_path), stream="history").execute(context)
     xcoms.append(manifest)

@@ -1,4 +1,4 @@
-"""One data task of a window (mapped with ``.expand``), run in the job's executor pool."""
+"""A unit of a window's data tasks (mapped with ``.expand``), run in the job's executor pool."""
 
 from __future__ import annotations
 
@@ -27,27 +27,32 @@ def _summary(output: Any) -> Any:
 
 
 class PrimusDataTaskOperator(BaseOperator):
-    """Runs ``primus_lib.data.executor.execute_task`` for one planned data task.
+    """Runs ``primus_lib.data.executor.execute_task`` for a unit of planned data tasks, one after
+    another in this process (``dtgg.packing``: a task process per file cost more than most files).
 
-    :param data_task: one dict from the DataSource operator's XCom (expand over the list).
+    :param data_tasks: one unit from the DataSource operator's XCom (expand over the list); a
+        single task's dict (what the operator took before units) is a unit of one.
     """
 
     template_fields = ("spec_path",)
     ui_color = "#e8f4d9"
 
-    def __init__(self, *, spec_path: str, data_task: dict, **kwargs: Any):
+    def __init__(self, *, spec_path: str, data_tasks: list[dict] | dict, **kwargs: Any):
         super().__init__(**kwargs)
         self.spec_path = spec_path
-        self.data_task = data_task
+        self.data_tasks = [data_tasks] if isinstance(data_tasks, dict) else list(data_tasks)
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Any) -> list[Any]:
         from primus_lib.data.executor import execute_task
         from primus_lib.data.executor.task import skip_arrow_pandas_probe
         from primus_lib.data.task import DataTask
 
-        skip_arrow_pandas_probe()  # this process runs one task: pyarrow need not import pandas
-        task = DataTask.from_dict(self.data_task)
-        self.log.info("data task %s (%s, %d bytes)", task.id, task.uri, task.size)
+        skip_arrow_pandas_probe()  # this process runs data tasks only: pyarrow need not import pandas
+        tasks = [DataTask.from_dict(raw) for raw in self.data_tasks]  # every one checked before the first runs
         job = load_spec(self.spec_path)
+        outputs = []
         with using(airflow_resolver()):
-            return _summary(execute_task(job, task))
+            for number, task in enumerate(tasks, 1):
+                self.log.info("data task %d/%d: %s (%s, %d bytes)", number, len(tasks), task.id, task.uri, task.size)
+                outputs.append(_summary(execute_task(job, task)))
+        return outputs

@@ -39,8 +39,10 @@ def readiness(
 class PrimusDataSourceOperator(BaseOperator):
     """Waits (deferred, no worker slot) for the window's partition of one batch source, then plans it.
 
-    Returns the list of data-task dicts (``DataTask.to_dict``) through XCom; the mapped data
-    tasks expand over it. Sources sharing a path prefix share the planner's cached listing.
+    Returns the planned data tasks through XCom, packed into units (``dtgg.packing``: about 128 MiB
+    each, at least one per data executor, at most ``[core] max_map_length``), each a list of
+    ``DataTask.to_dict``; the mapped data tasks expand over the units. Sources sharing a path prefix
+    share the planner's cached listing.
 
     :param spec_path: the PrimusJob spec file (templated).
     :param timeout: seconds to wait for the partition before failing with the missing path.
@@ -68,12 +70,12 @@ class PrimusDataSourceOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.timeout = timeout
 
-    def execute(self, context: Any) -> list[dict]:
+    def execute(self, context: Any) -> list[list[dict]]:
         job = load_spec(self.spec_path)
         with using(airflow_resolver()):  # the storage's credentials, from the spec's connection_id
             return self._wait_and_plan(job, window_of(context, job))
 
-    def _wait_and_plan(self, job: PrimusJob, start: datetime) -> list[dict]:
+    def _wait_and_plan(self, job: PrimusJob, start: datetime) -> list[list[dict]]:
         ready, where = readiness(job, self.stream, self.source, start)
         if not ready and self.deferrable:
             self.log.info("not complete yet (%s): deferring", where)
@@ -99,7 +101,7 @@ class PrimusDataSourceOperator(BaseOperator):
             ready, where = readiness(job, self.stream, self.source, start)
         return self._plan(job, start)
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> list[dict]:
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> list[list[dict]]:
         if event.get("status") != "success":
             raise AirflowException(event.get("message", f"source trigger failed: {event!r}"))
         self.log.info("%s", event.get("message"))
@@ -107,9 +109,23 @@ class PrimusDataSourceOperator(BaseOperator):
         with using(airflow_resolver()):
             return self._plan(job, window_of(context, job))
 
-    def _plan(self, job: PrimusJob, start: datetime) -> list[dict]:
-        from primus_lib.data import dtgg
+    def _plan(self, job: PrimusJob, start: datetime) -> list[list[dict]]:
+        from airflow.sdk.configuration import conf
 
-        tasks = [task.to_dict() for task in dtgg.plan_source(job, self.stream, self.source, start)]
-        self.log.info("%s/%s window %s: %d data tasks", self.stream, self.source, start.isoformat(), len(tasks))
-        return tasks
+        from primus_lib.data import dtgg
+        from primus_lib.data.dtgg.packing import pack
+        from primus_lib.scaling.store import role_replicas
+
+        tasks = dtgg.plan_source(job, self.stream, self.source, start)
+        slots = role_replicas(job, "data_executor")  # the pool's slots: the batch executors now
+        units = pack(tasks, slots, limit=conf.getint("core", "max_map_length", fallback=1024))
+        self.log.info(
+            "%s/%s window %s: %d data tasks in %d units (%d executors)",
+            self.stream,
+            self.source,
+            start.isoformat(),
+            len(tasks),
+            len(units),
+            slots,
+        )
+        return [[task.to_dict() for task in unit] for unit in units]

@@ -104,12 +104,14 @@ function windowsTable(windows, metrics) {
   const body = document.querySelector("#windows tbody");
   body.replaceChildren();
   for (const w of windows) {
-    // planned in the task ledger; their states are the mapped Airflow tasks' when a run has them
+    // planned in the task ledger; the states are the mapped Airflow tasks' (units of data tasks)
+    // when a run has them
     const planned = Object.values(w.streams).map((s) => Object.values(s.tasks || {}).reduce((a, b) => a + b, 0));
-    const states = w.run && Object.keys(w.run.data_tasks || {}).length ? w.run.data_tasks
-      : Object.assign({}, ...Object.values(w.streams).map((s) => s.tasks || {}));
+    const mapped = w.run && Object.keys(w.run.data_tasks || {}).length;
+    const states = mapped ? w.run.data_tasks : Object.assign({}, ...Object.values(w.streams).map((s) => s.tasks || {}));
     const total = planned.reduce((a, b) => a + b, 0);
-    const tasks = total ? `${total} planned: ${Object.entries(states).map(([state, n]) => `${n} ${state}`).join(", ")}` : "";
+    const listed = Object.entries(states).map(([state, n]) => `${n} ${state}`).join(", ");
+    const tasks = total ? `${total} planned${mapped ? ", units" : ""}: ${listed}` : "";
     const rows = Object.values(w.streams).map((s) => s.committed_rows).filter((r) => r !== null && r !== undefined);
     const m = byWindow.get(w.window) || {};
     body.append(el("tr", { "data-window": w.window, "data-state": w.state },
