@@ -88,8 +88,9 @@ def test_the_triggerer_resolves_the_s3_sources_connection_and_the_run_succeeds(a
         assert run["state"] == "success", states
         source = api.request("GET", f"{base}/{quote(SOURCE_TASK, safe='')}")
         assert source["try_number"] == 1, source  # resumed by the trigger's event, not planned by a retry
-        tasks = api.request("GET", f"{base}/{quote(SOURCE_TASK, safe='')}/xcomEntries/return_value")["value"]
-        tasks = json.loads(tasks) if isinstance(tasks, str) else tasks
-        assert tasks and all(t["uri"].startswith(f"s3://{bucket}/clicks/20261101/00/") for t in tasks), tasks
+        units = api.request("GET", f"{base}/{quote(SOURCE_TASK, safe='')}/xcomEntries/return_value")["value"]
+        units = json.loads(units) if isinstance(units, str) else units  # the planned tasks in units
+        tasks = [task for unit in units for task in unit]
+        assert tasks and all(t["uri"].startswith(f"s3://{bucket}/clicks/20261101/00/") for t in tasks), units
     finally:
         api.set_paused(JOB, True)
