@@ -5,9 +5,9 @@ default's Airflow). Ours: one process per unit of data tasks, packed as the Data
 packs them for the pool's slots (``dtgg.packing``; what a mapped Airflow ``PrimusDataTaskOperator``
 runs: load the spec, then per task ``execute_task``: parquet read of the needed columns, decode,
 staged Arrow IPC, the scaler's per-task metrics, under the data_executor allotment), ``threads``
-of them at a time (the pool's slots, one core each), then one Joiner process (``join_window``: left join, window checks, seeded shuffle,
-fixed-size IPC shards with sha256 + fsync, atomic manifest) with ``threads`` threads. Every
-contender is one process too: the floor (raw pyarrow
+of them at a time (the pool's slots, one core each), then one Joiner process (``join_window``:
+left join, window checks, seeded shuffle, fixed-size IPC shards with sha256 + fsync, atomic
+manifest) with ``threads`` threads. Every contender is one process too: the floor (raw pyarrow
 read of the same files + an IPC write), and the same pipeline written plainly in pandas
 (read_parquet, merge, fillna, hash_pandas_object, sample; 1 thread only), Polars (lazy scan,
 join, hash, shuffle, write_ipc) and DuckDB (one SQL query: join, coalesce, hash, ORDER BY a
