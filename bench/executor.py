@@ -377,7 +377,6 @@ def ours_per_process(spec: Path, units: list[list[dict]], threads: int, launch) 
     clock.lap("join_process")
     clock.forked_cpu = sum(got.get("forked_cpu_s", 0.0) for got in [*(got for got, _ in done), joined])
     clock.stages["startup_per_unit"] = sum(s for _, s in done) / len(done)
-    clock.stages["units"] = len(done)
     clock.stages["startup_join"] = join_startup
     for stage in ("read_decode", "stage", "metrics"):
         clock.stages[stage] = sum(got["timings"].get(stage, 0.0) for got, _ in done)
@@ -583,6 +582,7 @@ def measure(threads: int) -> dict:
         result = {
             "rows": rows,
             "threads": threads,
+            "units": len(units),  # the data-task processes of a window (per_process)
             "guarantees_s": costs,
             "startup_s": startup_costs(threads),
             "clicked_rows": float(pa.compute.sum(table.column("clicked")).as_py()),
@@ -658,6 +658,7 @@ def main() -> None:
             into[f"cpu_s{suffix}"] = {k: round(v, 3) for k, v in got[mode]["cpu_s"].items()}
             into[f"stages_s{suffix}"] = got[mode]["stages_s"]
         result[f"startup_s{suffix}"] = got["startup_s"]
+        result[f"units{suffix}"] = got["units"]
         result[f"guarantees_s{suffix}"] = got["guarantees_s"]
         result["clicked_rows"] = got["clicked_rows"]
     result["per_process_spawned"] = spawned
