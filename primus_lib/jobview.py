@@ -23,7 +23,7 @@ from primus_lib.metrics import names as n
 from primus_lib.naming import WINDOW_PARAM
 from primus_lib.paths import JobPaths, parse_window_id, window_id
 from primus_lib.progress import read_progress
-from primus_lib.scaling.store import ScalingStore
+from primus_lib.scaling.store import ScalingStore, replicas_in
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation
 from primus_lib.timegrid import window_starts
@@ -250,7 +250,7 @@ def executors(job: PrimusJob, pool_slots: int | None = None) -> dict[str, dict[s
         store = ScalingStore(allocations_dir(job) / role)
         decisions = store.decisions()
         state = store.load()
-        replicas = int(state.get("allocation", {}).get("replicas", spec.replicas))
+        replicas = replicas_in(state, spec.replicas)
         if role == "data_executor" and pool_slots is not None:
             replicas = pool_slots  # the batch executors run as the pool's mapped tasks
         series = executor_series(spec.replicas, decisions)

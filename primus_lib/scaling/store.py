@@ -68,14 +68,17 @@ class ScalingStore:
         record_allocation(self.dir, role, cpu, memory)
 
 
+def replicas_in(state: dict[str, Any], spec_replicas: int) -> int:
+    """The role's worker count in its loaded state: the horizontal policy's latest, else the spec's."""
+    return int(state.get("allocation", {}).get("replicas", spec_replicas))
+
+
 def role_replicas(job: PrimusJob, role: str) -> int:
-    """How many workers the role has now: the horizontal policy's latest count, else the spec's
-    (1 when the spec has no such role)."""
+    """How many workers the role has now, at least 1 (1 when the spec has no such role)."""
     spec = job.spec.resources.roles.get(role)
     if spec is None:
         return 1
-    state = ScalingStore(allocations_dir(job) / role).load()
-    return max(1, int(state.get("allocation", {}).get("replicas", spec.replicas)))
+    return max(1, replicas_in(ScalingStore(allocations_dir(job) / role).load(), spec.replicas))
 
 
 def executor_config(job: PrimusJob, role: str = "data_executor") -> dict[str, Any]:
