@@ -1,9 +1,9 @@
 """A batch data task's report to the Dynamic Scaling Manager (the embedded default's executors are
 the mapped Airflow tasks, one short process per unit of tasks): CPU and memory of the task against
 the role's allocation, rows produced, and the fill of the batch "buffer" the executors feed:
-windows produced but not yet trained. One snapshot per task, written when it ends, named by the task id so
-concurrent tasks do not clobber each other; snapshots past the readers' age are pruned. Any
-failure here is logged and ignored: metrics never fail a data task."""
+windows produced but not yet trained. One snapshot per task, written when it ends, named by the
+task id so concurrent tasks do not clobber each other; snapshots past the readers' age are
+pruned. Any failure here is logged and ignored: metrics never fail a data task."""
 
 from __future__ import annotations
 
