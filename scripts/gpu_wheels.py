@@ -8,9 +8,17 @@ On a machine that reaches PyPI::
 
 downloads the wheels (default: ``fbgemm-gpu`` at the version of the ``fbgemm-gpu-cpu`` installed
 here; on PyPI that is the CUDA build matching torch's release: fbgemm-gpu 1.8.0 is built for CUDA
-13.0 and torch 2.13) and splits each into parts of at most ``--part-size``, with
+13.0 and torch 2.13), compresses each and splits it into parts of at most ``--part-size``, with
 ``DIR/manifest.json``: every wheel's and part's size and sha256. ``split DIR WHEEL ...`` does the
 same for wheel files already at hand. Hand over ``DIR``'s parts in as many transfers as needed.
+
+Compression (``--compress xz``, the default) is why the parts are few: a wheel is a zip whose
+members are deflated one by one, and fbgemm-gpu's CUDA libraries repeat each kernel for every GPU
+architecture, which deflate's 32 KiB window cannot see. So the wheel is repacked with its members
+stored (the same files, names, order and RECORD) and that is compressed with xz's large window:
+fbgemm-gpu 1.6.0's 465 MB wheel (2.54 GB stored) travels as 157 MB, 3 parts of 56 MiB instead of 8. The manifest keeps the repacked
+wheel's sha256 and the downloaded one's (``source_sha256``). ``--compress none`` splits the wheel
+as it is, byte for byte.
 
 On the GPU machine::
 
@@ -27,11 +35,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -39,6 +49,7 @@ CHUNK = 1 << 20
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CPU_VARIANT = {"fbgemm_gpu": "fbgemm-gpu-cpu"}  # a wheel's project -> the package it replaces
+COMPRESSIONS = ("xz", "none")
 
 
 class WheelError(Exception):
@@ -62,30 +73,71 @@ def part_size(text: str) -> int:
 
 
 # -- pack -------------------------------------------------------------------------------------
-def split(wheels: list[Path], out: Path, size: int) -> dict:
+def split(wheels: list[Path], out: Path, size: int, compression: str = "xz") -> dict:
     """Write each wheel's parts into ``out`` and the manifest last (a reader sees all of it or none)."""
     out.mkdir(parents=True, exist_ok=True)
     entries = []
     for wheel in wheels:
         if not wheel.name.endswith(".whl") or not SAFE_NAME.match(wheel.name):
             raise WheelError(f"{wheel}: not a wheel file name")
-        parts = []
-        with wheel.open("rb") as source:
-            while True:
-                name = f"{wheel.name}.part{len(parts):03d}"
-                written = _copy_part(source, out / name, size)
-                if not written and parts:
-                    (out / name).unlink()
-                    break
-                parts.append({"name": name, "size": written, "sha256": sha256(out / name)})
-                if written < size:
-                    break
-        entries.append({"name": wheel.name, "size": wheel.stat().st_size, "sha256": sha256(wheel), "parts": parts})
-    manifest = {"format": 1, "part_size": size, "wheels": entries}
+        with tempfile.TemporaryDirectory(prefix="gpu-wheels-") as tmp:
+            entry: dict = {"name": wheel.name, "compression": compression}
+            if compression == "xz":
+                stored = repack_stored(wheel, Path(tmp) / wheel.name)
+                payload = compress_xz(stored, Path(tmp) / f"{wheel.name}.xz")
+                entry.update(size=stored.stat().st_size, sha256=sha256(stored), source_sha256=sha256(wheel))
+            else:
+                payload = wheel
+                entry.update(size=wheel.stat().st_size, sha256=sha256(wheel))
+            entry["parts"] = _split_file(payload, out, wheel.name, size)
+        entries.append(entry)
+    manifest = {"format": 2, "part_size": size, "wheels": entries}
     staging = out / f".{MANIFEST}.tmp"
     staging.write_text(json.dumps(manifest, indent=1) + "\n")
     staging.replace(out / MANIFEST)
     return manifest
+
+
+def repack_stored(wheel: Path, target: Path) -> Path:
+    """The wheel with its members stored, not deflated: same names, order, dates, modes and RECORD."""
+    try:
+        with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as sink:
+            for info in source.infolist():
+                copy = zipfile.ZipInfo(info.filename, info.date_time)
+                copy.external_attr, copy.compress_type = info.external_attr, zipfile.ZIP_STORED
+                with source.open(info) as reader, sink.open(copy, "w", force_zip64=info.file_size >= 1 << 31) as writer:
+                    shutil.copyfileobj(reader, writer, CHUNK)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) as error:
+        raise WheelError(f"{wheel}: not a readable wheel ({error}); --compress none splits it as it is") from None
+    return target
+
+
+def compress_xz(path: Path, target: Path) -> Path:
+    """xz at its largest preset: the ``xz`` program on all cores where there is one, else the stdlib."""
+    if program := shutil.which("xz"):
+        with target.open("wb") as sink:
+            result = subprocess.run([program, "-9", "-T0", "-c", str(path)], stdout=sink, stderr=subprocess.PIPE)
+        if result.returncode:
+            raise WheelError(f"xz {path.name} failed: {result.stderr.decode(errors='replace').strip()}")
+        return target
+    with path.open("rb") as source, lzma.open(target, "wb", preset=9) as sink:
+        shutil.copyfileobj(source, sink, CHUNK)
+    return target
+
+
+def _split_file(path: Path, out: Path, name: str, size: int) -> list[dict]:
+    parts: list[dict] = []
+    with path.open("rb") as source:
+        while True:
+            part = f"{name}.part{len(parts):03d}"
+            written = _copy_part(source, out / part, size)
+            if not written and parts:
+                (out / part).unlink()
+                break
+            parts.append({"name": part, "size": written, "sha256": sha256(out / part)})
+            if written < size:
+                break
+    return parts
 
 
 def _copy_part(source, target: Path, size: int) -> int:
@@ -97,11 +149,14 @@ def _copy_part(source, target: Path, size: int) -> int:
     return written
 
 
-def download(requirements: list[str], python: str, python_version: str | None, platform: str, into: Path) -> list[Path]:
+def download(
+    requirements: list[str], python: str, python_version: str | None, platforms: list[str], into: Path
+) -> list[Path]:
     """``pip download --no-deps`` of binary wheels (for another interpreter with ``python_version``)."""
     command = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(into)]
     if python_version:
-        command += ["--python-version", python_version, "--platform", platform]
+        command += ["--python-version", python_version, "--implementation", "cp"]
+        command += [arg for platform in platforms for arg in ("--platform", platform)]
     result = subprocess.run([*command, *requirements], capture_output=True, text=True)
     if result.returncode:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -143,6 +198,10 @@ def read_manifest(directory: Path) -> dict:
                     raise WheelError(f"{path}: {name!r} is not a plain file name")
             if not wheel["name"].endswith(".whl") or not wheel["parts"]:
                 raise WheelError(f"{path}: {wheel['name']!r} is not a wheel with parts")
+            if wheel.setdefault("compression", "none") not in COMPRESSIONS:  # format 1 had none
+                raise WheelError(
+                    f"{path}: {wheel['name']}: compression {wheel['compression']!r} is not one of {COMPRESSIONS}"
+                )
     except FileNotFoundError:
         raise WheelError(f"{path}: no manifest (made by `gpu_wheels.py pack` or `split`)") from None
     except (ValueError, KeyError, TypeError) as error:
@@ -178,9 +237,7 @@ def assemble(directory: Path, into: Path) -> list[Path]:
         target = into / wheel["name"]
         staging = into / f".{wheel['name']}.tmp"
         with staging.open("wb") as sink:
-            for part in wheel["parts"]:
-                with (directory / part["name"]).open("rb") as source:
-                    shutil.copyfileobj(source, sink, CHUNK)
+            _write_whole(directory, wheel, sink)
         got = sha256(staging)
         if got != wheel["sha256"]:
             staging.unlink()
@@ -188,6 +245,23 @@ def assemble(directory: Path, into: Path) -> list[Path]:
         staging.replace(target)
         wheels.append(target)
     return wheels
+
+
+def _write_whole(directory: Path, wheel: dict, sink) -> None:
+    """The parts in order into ``sink``, decompressed where the wheel was packed with xz."""
+    decompressor = lzma.LZMADecompressor(lzma.FORMAT_XZ) if wheel["compression"] == "xz" else None
+    for part in wheel["parts"]:
+        with (directory / part["name"]).open("rb") as source:
+            while block := source.read(CHUNK):
+                if decompressor is None:
+                    sink.write(block)
+                    continue
+                try:
+                    sink.write(decompressor.decompress(block))
+                except lzma.LZMAError as error:
+                    raise WheelError(f"{part['name']}: not the xz stream the manifest names ({error})") from None
+    if decompressor is not None and (not decompressor.eof or decompressor.unused_data):
+        raise WheelError(f"{wheel['name']}: its xz stream does not end where its last part does")
 
 
 def install(directory: Path, python: str) -> list[str]:
@@ -220,12 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("requirements", nargs="*", help="default: fbgemm-gpu==<this venv's fbgemm-gpu-cpu version>")
     pack.add_argument("--python", default=sys.executable, help="the interpreter whose pip downloads")
     pack.add_argument("--python-version", help="wheels for another Python (e.g. 3.12; default: --python's)")
-    pack.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --python-version")
-    pack.add_argument("--part-size", type=part_size, default=part_size("60M"))
+    pack.add_argument(
+        "--platform",
+        action="append",
+        help="with --python-version, repeatable (default: manylinux_2_28 and 2_17 x86_64)",
+    )
     cut = sub.add_parser("split", help="split wheel files at hand into DIR")
     cut.add_argument("dir", type=Path)
     cut.add_argument("wheels", nargs="+", type=Path)
-    cut.add_argument("--part-size", type=part_size, default=part_size("60M"))
+    for command in (pack, cut):
+        command.add_argument("--part-size", type=part_size, default=part_size("60M"))
+        command.add_argument(
+            "--compress", choices=COMPRESSIONS, default="xz", help="default: xz (see the module's doc)"
+        )
     check = sub.add_parser("verify", help="check DIR's parts against its manifest")
     check.add_argument("dir", type=Path)
     put = sub.add_parser("install", help="verify, reassemble and pip install DIR's wheels")
@@ -244,12 +325,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "pack":
             requirements = args.requirements or default_requirements(args.python)
             with tempfile.TemporaryDirectory(prefix="gpu-wheels-") as tmp:
-                wheels = download(requirements, args.python, args.python_version, args.platform, Path(tmp))
-                manifest = split(wheels, args.dir, args.part_size)
+                platforms = args.platform or ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64"]
+                wheels = download(requirements, args.python, args.python_version, platforms, Path(tmp))
+                manifest = split(wheels, args.dir, args.part_size, args.compress)
         else:
-            manifest = split(args.wheels, args.dir, args.part_size)
+            manifest = split(args.wheels, args.dir, args.part_size, args.compress)
         for wheel in manifest["wheels"]:
-            print(f"{wheel['name']}: {wheel['size']} bytes, {len(wheel['parts'])} parts, sha256 {wheel['sha256']}")
+            travels = sum(p["size"] for p in wheel["parts"])
+            print(
+                f"{wheel['name']}: {wheel['size']} bytes, {travels} in {len(wheel['parts'])} parts, sha256 {wheel['sha256']}"
+            )
         print(f"hand over {args.dir}/{MANIFEST} and its parts, then: scripts/gpu_wheels.py install DIR")
     elif args.command == "verify":
         manifest = verify(args.dir)

@@ -34,13 +34,15 @@ def _cli(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
-def _fake_wheel(directory: Path, project: str, version: str, variant: str, padding: int = 0) -> Path:
+def _fake_wheel(directory: Path, project: str, version: str, variant: str, padding: int = 0, repeats: int = 1) -> Path:
     """A valid pure-Python wheel of ``project`` holding the package ``fbgemm_gpu`` (VARIANT = variant),
-    with ``padding`` incompressible bytes so it splits into several parts."""
+    with ``padding`` incompressible bytes so it splits into several parts; ``repeats`` copies of
+    them, 64 KiB apart or more (one kernel per GPU architecture), deflated member by member."""
     dist = f"{project}-{version}.dist-info"
+    blob = os.urandom(padding)
     files = {
         "fbgemm_gpu/__init__.py": f"VARIANT = {variant!r}\n".encode(),
-        "fbgemm_gpu/blob.bin": os.urandom(padding),
+        "fbgemm_gpu/blob.bin": b"".join(blob + bytes(i) for i in range(repeats)),
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {project.replace('_', '-')}\nVersion: {version}\n".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
@@ -51,7 +53,7 @@ def _fake_wheel(directory: Path, project: str, version: str, variant: str, paddi
     record.append(f"{dist}/RECORD,,")
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = directory / f"{project}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
             archive.writestr(name, data)
     return path
@@ -63,7 +65,7 @@ def test_split_verify_reassemble_byte_for_byte(tmp_path):
     small = tmp_path / "tiny-1.0-py3-none-any.whl"
     small.write_bytes(b"x" * 1024)  # exactly one part: no empty trailing part
     out = tmp_path / "parts"
-    result = _cli("split", out, wheel, small, "--part-size", "1K")
+    result = _cli("split", out, wheel, small, "--part-size", "1K", "--compress", "none")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     big, tiny = manifest["wheels"]
@@ -82,7 +84,7 @@ def test_missing_damaged_or_unsafe_parts_refused_in_one_line(tmp_path):
     wheel = tmp_path / "fbgemm_gpu-9.9.9-py3-none-any.whl"
     wheel.write_bytes(os.urandom(3000))
     out = tmp_path / "parts"
-    assert _cli("split", out, wheel, "--part-size", "1K").returncode == 0
+    assert _cli("split", out, wheel, "--part-size", "1K", "--compress", "none").returncode == 0
     part = out / f"{wheel.name}.part001"
     original = part.read_bytes()
 
@@ -140,7 +142,7 @@ def test_install_from_parts_replaces_the_cpu_variant(tmp_path):
     assert _has(python, "fbgemm-gpu-cpu") and not _has(python, "fbgemm-gpu")
     gpu = _fake_wheel(tmp_path, "fbgemm_gpu", "0.0.2", "cuda", padding=5000)
     out = tmp_path / "parts"
-    assert _cli("split", out, gpu, "--part-size", "2K").returncode == 0
+    assert _cli("split", out, gpu, "--part-size", "2K", "--compress", "none").returncode == 0
     assert len(json.loads((out / "manifest.json").read_text())["wheels"][0]["parts"]) >= 3
     gpu.unlink()  # only the parts travel
 
@@ -149,6 +151,36 @@ def test_install_from_parts_replaces_the_cpu_variant(tmp_path):
     assert result.stdout.strip().splitlines() == ["installed fbgemm_gpu-0.0.2-py3-none-any.whl"]
     assert _variant(python) == "cuda 0.0.2"
     assert not _has(python, "fbgemm-gpu-cpu")  # swapped out, not left beside it
+
+
+def test_xz_parts_carry_a_repeating_wheel_in_a_fraction_and_install_the_same_files(tmp_path):
+    """The default: the wheel's members stored, then xz: copies 64 KiB+ apart cost almost nothing
+    (deflate, the wheel's own, pays for each); the wheel reassembled holds the same files."""
+    gpu = _fake_wheel(tmp_path, "fbgemm_gpu", "0.0.3", "cuda", padding=96 << 10, repeats=8)
+    out = tmp_path / "parts"
+    result = _cli("split", out, gpu, "--part-size", "64K")
+    assert result.returncode == 0, result.stderr
+    (entry,) = json.loads((out / "manifest.json").read_text())["wheels"]
+    travels = sum(p["size"] for p in entry["parts"])
+    assert entry["compression"] == "xz" and entry["source_sha256"] == hashlib.sha256(gpu.read_bytes()).hexdigest()
+    assert travels < gpu.stat().st_size / 4 and len(entry["parts"]) == -(-travels // (64 << 10))
+
+    (whole,) = _module().assemble(out, tmp_path / "whole")
+    with zipfile.ZipFile(gpu) as source, zipfile.ZipFile(whole) as copy:
+        assert copy.namelist() == source.namelist()
+        assert all(copy.read(n) == source.read(n) for n in source.namelist())
+        assert {i.compress_type for i in copy.infolist()} == {zipfile.ZIP_STORED}
+
+    python = _scratch_python(tmp_path / "venv")
+    gpu.unlink()
+    result = _cli("install", out, "--python", python)
+    assert result.returncode == 0, result.stderr
+    assert _variant(python) == "cuda 0.0.3"
+
+    last = out / entry["parts"][-1]["name"]
+    last.write_bytes(last.read_bytes()[:-1])  # a truncated stream is refused before any pip, by the part's size
+    result = _cli("install", out, "--python", NO_PYTHON)
+    assert result.returncode == 1 and f"sha256 differs from the manifest: {last.name}" in result.stderr
 
 
 def test_pack_defaults_to_the_cuda_build_of_this_venvs_fbgemm():
