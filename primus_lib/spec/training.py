@@ -106,10 +106,12 @@ class TrainingSpec(SpecModel):
         timedelta(minutes=30),
         description="Under torchrun: how long a rank waits in a collective for the others before it fails.",
     )
-    sharding: Literal["replicate", "dmp"] = Field(
-        "replicate",
-        description="Embedding tables of a trainer with several ranks (torchrun): every rank holds them all "
-        "(replicate), or TorchRec's DistributedModelParallel shards them across ranks (dmp).",
+    sharding: Literal["replicate", "dmp"] | None = Field(
+        None,
+        description="Embedding tables of a trainer under torchrun: every rank holds them all on the CPU "
+        "(replicate), or TorchRec's DistributedModelParallel shards them across the ranks, on each rank's GPU "
+        "where it has one (dmp; one rank too). Default: dmp when resources.roles.trainer asks for GPUs, "
+        "else replicate.",
     )
     sharding_types: list[ShardingType] | None = Field(
         None,

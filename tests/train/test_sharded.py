@@ -308,8 +308,20 @@ def test_sharding_choice_and_types(spec_file):
     with pytest.raises(SpecError, match="sharding"):
         load_written(job_doc(sharding="bogus"), spec_file)
     job = load_written(job_doc(sharding="dmp"), spec_file)
-    stepper = make_stepper(job, StepConfig.resolve(job), Group())  # one process: nothing to shard across
+    stepper = make_stepper(job, StepConfig.resolve(job), Group())  # not under torchrun: nothing to shard across
     assert type(stepper) is LocalStepper and stepper.model.tables == "fused"
+    # (under torchrun, dmp shards in a world of one too: scripts/gpu_train_check.py, tests/scripts)
+
+
+def test_a_trainer_with_gpus_shards_its_tables_by_default(spec_file):
+    """Only the sharded model goes to a GPU: a GPU trainer left at the default would train on its CPU."""
+    from primus_lib.train.model.stepper import table_sharding
+
+    gpu = {"trainer": {"replicas": 1, "cpu": 1, "memory": "1Gi", "gpu": 1}}
+    assert table_sharding(load_written(job_doc(), spec_file)) == "replicate"
+    assert table_sharding(load_written(job_doc(roles=gpu), spec_file)) == "dmp"
+    assert table_sharding(load_written(job_doc(roles=gpu, sharding="replicate"), spec_file)) == "replicate"
+    assert table_sharding(load_written(job_doc(sharding="dmp"), spec_file)) == "dmp"
 
 
 def load_written(doc: dict, path: str):

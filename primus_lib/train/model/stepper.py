@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from primus_lib.spec.job import PrimusJob
-from primus_lib.train.distributed.group import Group
+from primus_lib.train.distributed.group import Group, launched_by_torchrun
 from primus_lib.train.model.batch import Batch
 from primus_lib.train.model.network import Tables, TwoTowerModel
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
@@ -49,10 +49,20 @@ class Stepper(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+def table_sharding(job: PrimusJob) -> str:
+    """``spec.training.sharding``, else ``dmp`` for a trainer with GPUs: only the sharded model puts its
+    tables and towers on a GPU, so a GPU trainer left at ``replicate`` would train on its CPU."""
+    if job.spec.training.sharding is not None:
+        return job.spec.training.sharding
+    trainer = job.spec.resources.roles.get("trainer")
+    return "dmp" if trainer is not None and trainer.gpu > 0 else "replicate"
+
+
 def make_stepper(job: PrimusJob, config: StepConfig, group) -> Stepper:
-    """The trainer's stepper: DMP-sharded tables when the spec asks for them under torchrun, replicated
-    tables for several ranks, the fused collection in one process."""
-    if group.active and job.spec.training.sharding == "dmp":
+    """The trainer's stepper: DMP-sharded tables under torchrun when the job shards them (any world
+    size: a one-GPU trainer is a world of one), replicated tables for several ranks, the fused
+    collection in one process."""
+    if launched_by_torchrun() and table_sharding(job) == "dmp":
         from primus_lib.paths import JobPaths
         from primus_lib.train.distributed.sharded import ShardedStepper
 

@@ -80,7 +80,8 @@ class Checkpointing:
         self.last_checkpoint_step = self.step
         self.last_checkpoint_at = time.monotonic()
         self.windows.done_since_checkpoint = False
-        if wait or type(self.coordinator) is not SingleProcess:  # a world's save is a collective
+        # a world's save is a collective; a sharded model's is written from the live shards
+        if wait or type(self.coordinator) is not SingleProcess or self.stepper.syncs_towers:
             self.coordinator.save(snapshot, self.stepper)
             self._publish(snapshot, self.windows.consumed)
             self._durable()
@@ -126,6 +127,8 @@ class Checkpointing:
 
 class _State:
     """A stepper's state copied at a checkpoint (what ``Coordinator.save`` asks a stepper for)."""
+
+    syncs_towers = False  # a copy of a one-process model's state, never a sharded one's
 
     def __init__(self, state: dict):
         self.state = state

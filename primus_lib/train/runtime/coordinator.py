@@ -131,10 +131,15 @@ class SingleProcess(Coordinator):
         return inputs.limits.switch_ms is not None and not inputs.batch_phase_over()
 
     def step(self, stepper, kind: str, batch: Batch | None, global_rows: int) -> StepResult | None:
-        return stepper.step(kind, batch) if batch is not None else None
+        if batch is None:
+            return None
+        # a sharded model (DMP on one GPU: a world of one) is told the step's rows, as in a world of several
+        return stepper.step(kind, batch, global_rows) if stepper.syncs_towers else stepper.step(kind, batch)
 
     def save(self, snapshot: Snapshot, stepper) -> None:
-        save_checkpoint(self.checkpoints, snapshot.step, stepper.state_dict(), snapshot.position, snapshot.pending)
+        # a sharded model writes its tables through torch.distributed.checkpoint; the state names them
+        state = stepper.checkpoint_state(snapshot.step) if stepper.syncs_towers else stepper.state_dict()
+        save_checkpoint(self.checkpoints, snapshot.step, state, snapshot.position, snapshot.pending)
 
     def publish(self, snapshot: Snapshot, consumed: dict[str, dict]) -> None:
         write_progress(self.progress, consumed, snapshot.step, snapshot.position["stream"], self.mode)

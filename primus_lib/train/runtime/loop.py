@@ -72,7 +72,7 @@ class Trainer(Checkpointing):
         self.registry = registry or CollectorRegistry()
         group = Group()
         self.rank, self.size = group.rank, group.size
-        # spec.training.sharding: dmp under torchrun: tables sharded by TorchRec DMP (sharded.py)
+        # under torchrun with dmp tables (a trainer with GPUs by default): TorchRec DMP (sharded.py)
         self.stepper: Stepper = stepper or make_stepper(job, StepConfig.resolve(job, mode=self.mode), group)
         if not self.stepper.syncs_towers:
             group.broadcast_params(self.stepper.model)
@@ -278,7 +278,7 @@ class Trainer(Checkpointing):
         who = f" rank {self.rank}/{self.size}" if self.size > 1 else ""
         return (
             f"trainer {self.job.name} ({self.mode}){who}: step {self.step}, {len(done)} windows consumed, "
-            f"served {self.reader.served}"
+            f"served {self.reader.served}, on {getattr(self.stepper, 'device', 'cpu')}"  # a sharded model's GPU
         )
 
     def _start_prefetch(self) -> None:
