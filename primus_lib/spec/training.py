@@ -110,8 +110,8 @@ class TrainingSpec(SpecModel):
         None,
         description="Embedding tables of a trainer under torchrun: every rank holds them all on the CPU "
         "(replicate), or TorchRec's DistributedModelParallel shards them across the ranks, on each rank's GPU "
-        "where it has one (dmp; one rank too). Default: dmp when resources.roles.trainer asks for GPUs, "
-        "else replicate.",
+        "where it has one (dmp; one rank too). Default: dmp when resources.roles.trainer asks for GPUs "
+        "(replicate is refused there: the GPUs would sit idle), else replicate.",
     )
     sharding_types: list[ShardingType] | None = Field(
         None,

@@ -315,12 +315,14 @@ def test_sharding_choice_and_types(spec_file):
 
 def test_a_trainer_with_gpus_shards_its_tables_by_default(spec_file):
     """Only the sharded model goes to a GPU: a GPU trainer left at the default would train on its CPU."""
+    from primus_lib.spec.errors import SpecError
     from primus_lib.train.model.stepper import table_sharding
 
     gpu = {"trainer": {"replicas": 1, "cpu": 1, "memory": "1Gi", "gpu": 1}}
     assert table_sharding(load_written(job_doc(), spec_file)) == "replicate"
     assert table_sharding(load_written(job_doc(roles=gpu), spec_file)) == "dmp"
-    assert table_sharding(load_written(job_doc(roles=gpu, sharding="replicate"), spec_file)) == "replicate"
+    with pytest.raises(SpecError, match="spec.training.sharding: expected dmp or no setting for a trainer with GPUs"):
+        load_written(job_doc(roles=gpu, sharding="replicate"), spec_file)  # GPUs held that would never be used
     assert table_sharding(load_written(job_doc(sharding="dmp"), spec_file)) == "dmp"
 
 
