@@ -6,8 +6,8 @@ ranks all-reduce one small control vector (buffer fill, flags), from which every
 derives the same decision (step or not, which stream, checkpoint, stop); a step all-reduces
 the gradients of exactly the parameters that step updates, so Algorithm 1's separation
 holds on every rank. CPU tensors go over gloo; with CUDA the group is ``cpu:gloo,cuda:nccl``
-(the trainer's tensors stay on the CPU; the nccl half ran with one rank only, on one GPU:
-``bench/gpu_sharded.py``, docs/status.md).
+(the control vector stays on the CPU; a sharded model's tables and towers live on each rank's
+GPU; nccl has run with one rank only: docs/status.md).
 """
 
 from __future__ import annotations
