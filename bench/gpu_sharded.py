@@ -11,6 +11,10 @@ take most lookups) and spread over the id space, so every row-wise shard serves 
 Each mode is timed on the same minibatches after a warm-up, between barriers, the slowest rank's
 time counting; ``--rounds`` alternate the modes and each keeps its best round.
 
+``--profile DIR`` then profiles 20 steps of each mode (torch.profiler) into ``DIR/profile_MODE.txt``:
+the profiled wall time, the operators' own CPU time and the device's busy time, and the operators
+by self time; that is how docs/status.md found the step host-bound on an H200.
+
 ``--device cpu --backend gloo --types table_wise`` runs the same code on the CPU (what the tests
 run). Without a CUDA device, or with fbgemm-gpu's CPU-only package (``fbgemm-gpu-cpu``, what the
 project's venv holds), it exits with one line naming what to install: the CUDA ``fbgemm-gpu``
@@ -95,6 +99,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     parser.add_argument("--pool", type=int, default=16, help="distinct minibatches per rank, cycled")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--profile", type=Path, help="also profile 20 steps of each mode (torch.profiler) into DIR/profile_MODE.txt"
+    )
     args = parser.parse_args(argv)
     for name, value in DEFAULTS[args.device].items():
         if getattr(args, name) is None:
@@ -232,6 +239,35 @@ def timed(stepper, pool: list, steps: int, warmup: int, global_rows: int, start:
     return stepper.group.max([elapsed])[0]
 
 
+def profile(stepper, pool: list, global_rows: int, out: Path | None, steps: int = 20) -> None:
+    """Where a mode's step spends its time: torch.profiler's operators by self time, CPU and (on CUDA)
+    the device's, over ``steps`` steps, under the profiled wall time (rank 0 writes ``out``)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = stepper.device.type == "cuda"
+    with torch_profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        began = time.perf_counter()
+        for i in range(steps):
+            kind, batch = pool[i % len(pool)]
+            stepper.step(kind, batch, global_rows)
+        _sync(stepper.device)
+        wall = time.perf_counter() - began
+    if out is None:
+        return
+    table = prof.key_averages()
+    sections = [("self_cpu_time_total", "CPU"), *([("self_device_time_total", "device")] if cuda else [])]
+    cpu = sum(e.self_cpu_time_total for e in table) / 1e6
+    # the device's busy time: its kernels and copies (CPU ops carry their kernels' time too: counted once)
+    device = sum(e.self_device_time_total for e in table if e.device_type != DeviceType.CPU) / 1e6
+    busy = f"CPU ops' self time {cpu:.4f} s" + (f", device busy {device:.4f} s" if cuda else "")
+    parts = [f"{steps} steps: wall {wall:.4f} s (profiled); {busy}"]
+    parts += [f"by self {name} time\n" + table.table(sort_by=key, row_limit=30) for key, name in sections]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n\n".join(parts) + "\n")
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -251,6 +287,9 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict | None:
     for _ in range(args.rounds):
         for mode in MODES:
             seconds[mode].append(timed(steppers[mode], pool, args.steps, args.warmup, global_rows))
+    if args.profile is not None:
+        for mode in MODES:
+            profile(steppers[mode], pool, global_rows, args.profile / f"profile_{mode}.txt" if not rank else None)
     if rank:
         return None
     return report(args, world, seconds, table_placement(steppers["mtrm"].dmp), device)

@@ -35,10 +35,14 @@ def _module():
     return module
 
 
-def test_cpu_two_ranks_print_steps_per_second_and_the_ratio():
+def test_cpu_two_ranks_print_steps_per_second_and_the_ratio(tmp_path):
     args = ["--device", "cpu", "--backend", "gloo", "--types", "table_wise", "--ranks", "2"]
-    result = _bench(*args, "--steps", "3", "--warmup", "1", "--rows", "5000", "--batch", "64", "--pool", "4")
+    sizes = ["--steps", "3", "--warmup", "1", "--rows", "5000", "--batch", "64", "--pool", "4"]
+    result = _bench(*args, *sizes, "--profile", str(tmp_path / "prof"))
     assert result.returncode == 0, result.stderr[-3000:]
+    for mode in ("single_tower", "mtrm"):  # where each mode's step spends its time: the operators by self time
+        text = (tmp_path / "prof" / f"profile_{mode}.txt").read_text()
+        assert text.startswith("20 steps: wall ") and "CPU ops' self time" in text and "aten::" in text
     lines = result.stdout.strip().splitlines()
     report = json.loads(lines[-1])
     assert lines[0].startswith("single_tower: ") and lines[1].startswith("mtrm: ") and "steps/s" in lines[1]
