@@ -16,9 +16,9 @@ Compression (``--compress xz``, the default) is why the parts are few: a wheel i
 members are deflated one by one, and fbgemm-gpu's CUDA libraries repeat each kernel for every GPU
 architecture, which deflate's 32 KiB window cannot see. So the wheel is repacked with its members
 stored (the same files, names, order and RECORD) and that is compressed with xz's large window:
-fbgemm-gpu 1.6.0's 465 MB wheel (2.54 GB stored) travels as 157 MB, 3 parts of 56 MiB instead of 8. The manifest keeps the repacked
-wheel's sha256 and the downloaded one's (``source_sha256``). ``--compress none`` splits the wheel
-as it is, byte for byte.
+fbgemm-gpu 1.6.0's 465 MB wheel (2.54 GB stored) travels as 157 MB, 3 parts of 56 MiB instead of
+8. The manifest keeps the repacked wheel's sha256 and the downloaded one's (``source_sha256``).
+``--compress none`` splits the wheel as it is, byte for byte.
 
 On the GPU machine::
 
