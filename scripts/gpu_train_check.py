@@ -131,17 +131,6 @@ def sample_logs(log: Path, ranks: int) -> list[Path]:
     return per_rank if ranks > 1 or per_rank[0].exists() else [log]
 
 
-def rank_pids(logs: list[Path]) -> list[int]:
-    """The first run's rank processes (each logs ``run PID resume S`` when it starts)."""
-    pids = []
-    for path in logs:
-        if path.exists():
-            first = path.read_text().split("\n", 1)[0].split(" ")
-            if first[0] == "run":
-                pids.append(int(first[1]))
-    return pids
-
-
 def kill(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -153,7 +142,7 @@ def kill(pids: list[int]) -> None:
 def check(root: Path, ranks: int, cuda: bool) -> dict:
     from primus_lib.paths import JobPaths
     from primus_lib.spec import load_job
-    from primus_lib.train.runtime.sample_log import read_sample_log, read_sample_logs
+    from primus_lib.train.runtime.sample_log import first_run_pids, read_sample_log, read_sample_logs
 
     spec, produced, sizes = prepare(root)
     log = root / "ids.log"
@@ -178,12 +167,12 @@ def check(root: Path, ranks: int, cuda: bool) -> dict:
                 )
             time.sleep(0.02)
         seen_on_gpu = gpu_processes()
-        kill([*rank_pids(logs), first.pid])
+        kill([*first_run_pids(logs), first.pid])
         first.wait(30)
     finally:
         if first.poll() is None:
             first.kill()
-        kill(rank_pids(logs))
+        kill(first_run_pids(logs))
     time.sleep(1)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode:

@@ -137,12 +137,11 @@ def _training(job: PrimusJob) -> Iterator[Problem]:
                 f"a {needed} stream in spec.dataset for mode {training.mode!r}",
                 f"no {needed} stream",
             )
-    trainer = job.spec.resources.roles.get("trainer")
-    if training.sharding == "replicate" and trainer is not None and trainer.gpu > 0:  # GPUs held, never used
+    if training.sharding == "replicate" and job.trainer_gpus:  # GPUs held, never used
         yield Problem(
             "spec.training.sharding",
             f"dmp or no setting for a trainer with GPUs (replicated tables train on the CPU; the trainer "
-            f"asks for {trainer.gpu} GPU(s) in spec.resources.roles.trainer.gpu)",
+            f"asks for {job.trainer_gpus} GPU(s) in spec.resources.roles.trainer.gpu)",
             "'replicate'",
         )
 

@@ -144,6 +144,12 @@ class PrimusJob(SpecModel):
     def name(self) -> str:
         return self.metadata.name
 
+    @property
+    def trainer_gpus(self) -> int:
+        """GPUs per trainer replica (0 without a trainer role: the checks report that one)."""
+        trainer = self.spec.resources.roles.get("trainer")
+        return trainer.gpu if trainer is not None else 0
+
     def stream(self, name: str) -> StreamSpec:
         for stream in self.spec.dataset.streams:
             if stream.name == name:

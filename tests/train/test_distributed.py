@@ -32,7 +32,7 @@ from primus_lib.train.checkpoint.store import load_latest
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.stepper import LocalStepper
-from primus_lib.train.runtime.sample_log import read_sample_log, read_sample_logs
+from primus_lib.train.runtime.sample_log import first_run_pids, read_sample_log, read_sample_logs
 from primus_lib.train.runtime.trainer import Trainer, TrainerOptions
 from tests.fixtures.specs import job_doc, kafka_stream, write_spec
 from tests.train.conftest import START, commit_windows, write_job
@@ -135,17 +135,6 @@ def test_two_ranks_stay_identical_and_match_one_process(tiny, tmp_path):
     assert any(not torch.equal(initial[n], r0["model"][n]) for n in initial if "embedding" in n)  # tables trained
 
 
-def _rank_pids(logs: list[Path]) -> list[int]:
-    """The first run's rank processes (each logs ``run PID resume S`` when it starts)."""
-    pids = []
-    for path in logs:
-        if path.exists():
-            first = path.read_text().split("\n", 1)[0].split(" ")
-            if first[0] == "run":
-                pids.append(int(first[1]))
-    return pids
-
-
 def _kill_quietly(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -198,14 +187,14 @@ def test_two_rank_torchrun_killed_and_resumed_uses_every_sample_once(tiny, tmp_p
                 break
             assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
             time.sleep(0.01)
-        for pid in [*_rank_pids(rank_logs), proc.pid]:  # the launcher and both ranks at once
+        for pid in [*first_run_pids(rank_logs), proc.pid]:  # the launcher and both ranks at once
             os.kill(pid, signal.SIGKILL)
         proc.wait(30)
-        _wait_gone(_rank_pids(rank_logs))
+        _wait_gone(first_run_pids(rank_logs))
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _rank_pids(rank_logs):  # torchrun starts each rank in its own session
+        for pid in first_run_pids(rank_logs):  # torchrun starts each rank in its own session
             _kill_quietly(pid)
     assert proc.returncode == -signal.SIGKILL
 

@@ -54,8 +54,7 @@ def table_sharding(job: PrimusJob) -> str:
     tables and towers on a GPU, so a GPU trainer left at ``replicate`` would train on its CPU."""
     if job.spec.training.sharding is not None:
         return job.spec.training.sharding
-    trainer = job.spec.resources.roles.get("trainer")
-    return "dmp" if trainer is not None and trainer.gpu > 0 else "replicate"
+    return "dmp" if job.trainer_gpus else "replicate"
 
 
 def make_stepper(job: PrimusJob, config: StepConfig, group) -> Stepper:

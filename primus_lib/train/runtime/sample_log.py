@@ -156,6 +156,12 @@ def read_sample_log(text: str) -> SampleLog:
     return SampleLog(runs, kept, replayed)
 
 
+def first_run_pids(paths: list[Path]) -> list[int]:
+    """The first trainer process of each rank's log (its ``run PID resume S`` line), where written yet:
+    what a fault test kills."""
+    return [runs[0].pid for path in paths if path.exists() and (runs := _runs(path.read_text()))]
+
+
 def _runs(text: str) -> list[Run]:
     runs: list[Run] = []
     for line in text.splitlines():
