@@ -55,7 +55,7 @@ def hash_buckets(values: pa.Array | pa.ChunkedArray | np.ndarray, buckets: int) 
             return _hash_strings_by_dictionary(values, buckets)
         values = values.to_numpy(zero_copy_only=False)
     if values.dtype.kind in "iu":
-        return _bucket(_splitmix64(values), buckets)
+        return _bucket(splitmix64(values), buckets)
     return _bucket(_hash_array(np.asarray(values, dtype=object)), buckets)
 
 
@@ -89,7 +89,7 @@ def _bucket(hashed: np.ndarray, buckets: int) -> np.ndarray:
     return hashed.view(np.int64)
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
+def splitmix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on a fresh uint64 copy, computed in place (no temporaries per step)."""
     z = x.astype(np.uint64, copy=True)
     t = np.empty_like(z)

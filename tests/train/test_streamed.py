@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,6 +18,7 @@ from primus_lib.train.distributed.data_parallel import per_rank
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
+from primus_lib.train.model.row_keys import row_keys
 from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.model.streamed import StreamedRows
 from tests.train.conftest import minibatch
@@ -43,7 +45,7 @@ def test_a_streamed_rows_batch_copy_trains_only_what_the_stream_lacked(tiny, mod
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     np.testing.assert_array_equal(stepper.evidence.copies.numpy()[:5], [1, 0, 1, 0, 0])
     assert np.isnan(stepper.evidence.copies.numpy()[5:]).all()
-    assert stepper.evidence.streamed.labels_by_id() == {}  # taken once: forgotten
+    assert stepper.evidence.streamed.labels_by_key() == {}  # taken once: forgotten
     grads, out = _row_grads(stepper, "batch", batch)
     assert torch.all(grads[:4] < 1e-6), "a copy whose label the stream already trained moved the model"
     logit = out.memory_logit.detach()
@@ -107,12 +109,14 @@ def test_the_record_is_bounded_and_survives_a_checkpoint(tiny):
     clone = LocalStepper(job, mode="mtrm", seed=5)
     clone.load_state_dict(torch.load(buffer, weights_only=True))
     assert clone.evidence.streamed.take(["b", "a", "z"]).labels[:2].tolist() == [0.0, 1.0]
-    assert isinstance(stepper.state_dict()["evidence"]["streamed"]["ids"], torch.Tensor)  # copied whole
+    assert isinstance(stepper.state_dict()["evidence"]["streamed"]["keys"], torch.Tensor)  # copied whole
     state = stepper.state_dict()
-    state["evidence"]["streamed"] = {"ids": ["b", "a"], "labels": [0.0, 1.0]}  # lists: the first layout
-    older = LocalStepper(job, mode="mtrm")
-    older.load_state_dict(state)
-    assert older.evidence.streamed.take(["a", "b"]).labels.tolist() == [1.0, 0.0]
+    nul_separated = torch.frombuffer(bytearray(b"b\0a\0"), dtype=torch.uint8)
+    for ids in (["b", "a"], nul_separated):  # the ids themselves: the earlier layouts (a list, then bytes)
+        state["evidence"]["streamed"] = {"ids": ids, "labels": [0.0, 1.0]}
+        older = LocalStepper(job, mode="mtrm")
+        older.load_state_dict(state)
+        assert older.evidence.streamed.take(["a", "b"]).labels.tolist() == [1.0, 0.0]
     del state["evidence"]["streamed"]  # a checkpoint written before the rule
     LocalStepper(job, mode="mtrm").load_state_dict(state)
 
@@ -130,15 +134,22 @@ def test_a_data_parallel_checkpoint_restores_each_ranks_records():
         buffer.seek(0)
         record = StreamedRows()
         record.load_state_dict(torch.load(buffer, weights_only=True), rank)
-        restored.append(record.labels_by_id())
-    assert restored == [{"x": 1.0, "y": 0.0}, {"z": 1.0}]
+        restored.append(record.labels_by_key())
+    x, y, z = row_keys(["x", "y", "z"]).tolist()
+    assert restored == [{x: 1.0, y: 0.0}, {z: 1.0}]
 
 
-def test_an_id_with_a_nul_character_is_named():
+def test_ids_are_told_apart_by_every_byte_and_rows_without_one_are_never_found():
     record = StreamedRows()
-    record.record(["ok", "bad\0id"], torch.tensor([1.0, 0.0]))
-    with pytest.raises(ValueError, match=r"row id 'bad\\x00id' holds a NUL character"):
-        record.state_dict()
+    ids = ["bad\0id", "bad", "bad\0", "", "ünï", "a" * 40]
+    record.record(ids, torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]))
+    assert record.take(ids[::-1]).labels.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    assert record.labels_by_key() == {}
+    keys = row_keys(pa.array(["a", None]))
+    record.record(keys, torch.tensor([1.0, 1.0]))
+    assert len(record.table) == 1  # the row without an id trained, unrecorded
+    found = record.take(keys).labels.tolist()
+    assert found[0] == 1.0 and np.isnan(found[1])
 
 
 def _rank(rank: int, store: str, out: str) -> None:
@@ -153,7 +164,7 @@ def _rank(rank: int, store: str, out: str) -> None:
         takes = [["c", "x"], ["y"]] if rank == 0 else [["a", "b", "z"], None]
         got = [record.take(ids, group).labels for ids in takes]
         result = [None if g is None else [None if np.isnan(v) else v for v in g.tolist()] for g in got]
-        Path(out, f"rank{rank}.json").write_text(json.dumps({"got": result, "left": len(record.positions)}))
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"got": result, "left": len(record.table)}))
     finally:
         dist.destroy_process_group()
 

@@ -214,7 +214,7 @@ class ShardedStepper:
         dense, labels = use.dense.to(self.device), use.labels.to(self.device)
         x = self.model.inputs(self.model.embed(sparse), dense)
         self.evidence.before_step(
-            kind, real.ids if real is not None else None, labels if real is not None else None, group
+            kind, real.keys if real is not None else None, labels if real is not None else None, group
         )
         out = forward(self.model, self.config, kind, x, labels, self.evidence)
         if real is not None:

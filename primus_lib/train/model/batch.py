@@ -14,6 +14,7 @@ import torch
 from torchrec import KeyedJaggedTensor
 
 from primus_lib.spec.training import FeaturesSpec
+from primus_lib.train.model.row_keys import row_keys
 
 
 @dataclass
@@ -24,11 +25,17 @@ class Batch:
     dense: torch.Tensor  # [B, n_dense] float32, raw values
     labels: torch.Tensor  # [B] float32
     ts: np.ndarray  # [B] int64 epoch ms
-    ids: list[str] | None = None
+    keys: np.ndarray | None = None  # [B] uint64: the rows' sample ids hashed (row_keys.py)
+    id_column: pa.Array | None = None  # the sample ids themselves, for the sample log
 
     @property
     def size(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def ids(self) -> list[str] | None:
+        """The rows' sample ids as Python values (the sample log's; the trainer's lookups use ``keys``)."""
+        return None if self.id_column is None else self.id_column.to_pylist()
 
 
 @dataclass
@@ -76,15 +83,19 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         dense = np.stack([_view(table, k) for k in features.dense], axis=1).astype(np.float32, copy=False)
     else:
         dense = np.zeros((rows, 0), np.float32)
-    ids = None
+    column = keys_ = None
     if id_column and id_column in names:
-        ids = table.column(id_column).to_pylist()
+        column = table.column(id_column)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        keys_ = row_keys(column)
     return Batch(
         sparse=sparse,
         dense=torch.from_numpy(dense),
         labels=torch.from_numpy(_np(table, features.label, np.float32)),
         ts=_np(table, features.timestamp, np.int64),
-        ids=ids,
+        keys=keys_,
+        id_column=column,
     )
 
 

@@ -123,15 +123,15 @@ class Evidence:
         self.streamed = StreamedRows(logits=config.two_towers) if config.needs_ids else None
         self.copies: torch.Tensor | None = None  # this batch minibatch's real-time labels (NaN: never streamed)
 
-    def before_step(self, kind: str, ids: list[str] | None, labels: torch.Tensor | None, group) -> None:
+    def before_step(self, kind: str, keys: np.ndarray | None, labels: torch.Tensor | None, group) -> None:
         """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
         self.copies = None
         found = None
         if self.streamed is not None:  # every rank, every step: a batch step's lookup is collective
             if kind == "stream":
-                self.streamed.record(ids, labels)
+                self.streamed.record(keys, labels)
             else:
-                found = self.streamed.take(ids, group)
+                found = self.streamed.take(keys, group)
                 self.copies = found.labels if self.once else None
         if not self.correct and self.validation is None:
             return

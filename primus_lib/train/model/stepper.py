@@ -139,7 +139,7 @@ class LocalStepper:
             param.grad = None
         real = batch if batch is not None and batch.size > 0 else None
         self.evidence.before_step(
-            kind, real.ids if real is not None else None, real.labels if real is not None else None, group
+            kind, real.keys if real is not None else None, real.labels if real is not None else None, group
         )
         result = None
         if real is not None:

@@ -14,44 +14,43 @@ stream's negative into a positive. A batch row the stream never carried trains i
 MTRM also keeps its towers' logits of each stream row, predicted before the row's step, for the
 delayed validation (``validation.py``) to score when the complete label arrives. Both read the same
 record: one id lookup a row (a second lookup cost MTRM about 6% of its step's CPU on bench/train.py).
+The ids arrive as 64-bit keys hashed on the prefetch thread (``row_keys.py``) and are looked up a
+minibatch at a time (``key_table.py``), not a Python string a row.
 
 Bounded: past ``CAPACITY`` rows the oldest are forgotten (their batch copies then train in full and
-are not scored). The ids and labels are checkpointed with the stepper's evidence, so a restart keeps
+are not scored). The keys and labels are checkpointed with the stepper's evidence, so a restart keeps
 the rule (a data-parallel checkpoint keeps every rank's records, each restored to its rank); the
 logits are not (a restored row is not scored). In a data-parallel world each rank records the
-stream rows it trained, and a batch step asks every rank about every row (one all-gather of the ids
-as bytes, one all-reduce of the answers), since a row's batch copy rarely lands on the rank that
+stream rows it trained, and a batch step asks every rank about every row (one all-gather of the
+keys, one all-reduce of the answers), since a row's batch copy rarely lands on the rank that
 trained its stream copy; a rank scores only its own rows' logits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, islice, repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from primus_lib.train.model.key_table import ABSENT, KeyTable
+from primus_lib.train.model.row_keys import NO_KEY, row_keys
+
 if TYPE_CHECKING:
     from primus_lib.train.distributed.group import Group
 
 CAPACITY = 1_000_000
-SEPARATOR = "\0"  # ends each id in a gathered minibatch's bytes
-ABSENT = -1  # the position of an id never recorded (or taken already)
 
 
-def _encode(ids: list[str] | None) -> torch.Tensor:
-    joined = SEPARATOR.join(ids) + SEPARATOR if ids else ""
-    if ids and joined.count(SEPARATOR) != len(ids):
-        bad = next(i for i in ids if SEPARATOR in i)
-        raise ValueError(f"row id {bad!r} holds a NUL character: ids are kept NUL-separated (features.id)")
-    raw = joined.encode()
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
-
-
-def _decode(raw: torch.Tensor) -> list[str]:
-    return bytes(raw.numpy()).decode().split(SEPARATOR)[:-1] if raw.numel() else []
+def as_keys(ids: np.ndarray | Sequence[str] | None) -> np.ndarray:
+    """A minibatch's row keys: given (uint64), or hashed from its ids."""
+    if ids is None:
+        return np.zeros(0, np.uint64)
+    if isinstance(ids, np.ndarray):
+        return ids
+    return row_keys(ids)
 
 
 @dataclass
@@ -63,12 +62,12 @@ class Found:
 
 
 class StreamedRows:
-    """Stream rows by id, each at a position of fixed-size columns (a ring: ``capacity`` rows)."""
+    """Stream rows by key, each at a position of fixed-size columns (a ring: ``capacity`` rows)."""
 
     def __init__(self, capacity: int = CAPACITY, logits: bool = False):
         self.capacity = capacity
         self.logits = logits  # whether the rows keep MTRM's two logits
-        self.positions: dict[str, int] = {}  # id -> its row's position (``next`` counts every row recorded)
+        self.table = KeyTable()  # key -> its row's position (``next`` counts every row recorded)
         self.next = 0
         self.columns: dict[str, np.ndarray] = {}  # "label", "memory", "adapt": allocated at the first record
         self.last = np.zeros(0, np.int64)  # the ring slots of the last recorded minibatch
@@ -78,24 +77,25 @@ class StreamedRows:
             self.columns[name] = np.full(self.capacity, np.nan, np.float32)
         return self.columns[name]
 
-    def record(self, ids: list[str] | None, labels: torch.Tensor | None) -> None:
-        """A stream minibatch's rows (this rank's), as its step trains them."""
+    def record(self, ids: np.ndarray | Sequence[str] | None, labels: torch.Tensor | None) -> None:
+        """A stream minibatch's rows (this rank's), as its step trains them: their keys (or ids)."""
         self.last = np.zeros(0, np.int64)
-        if not ids or labels is None:
+        keys = as_keys(ids)
+        if not len(keys) or labels is None:
             return
-        n = len(ids)
+        n = len(keys)
         if labels.numel() != n:
             raise ValueError(f"{n} row ids for {labels.numel()} labels")
-        self.positions.update(zip(ids, range(self.next, self.next + n), strict=True))  # in C: a loop took 4x longer
-        self.last = np.arange(self.next, self.next + n) % self.capacity
+        positions = np.arange(self.next, self.next + n)
+        self.last = positions % self.capacity
         self.next += n
+        self.table.floor = max(0, self.next - self.capacity)  # older positions' slots are written over
+        keyed = keys != NO_KEY  # a row without an id is trained, never found
+        self.table.put(keys[keyed], positions[keyed])
         self._column("label")[self.last] = labels.detach().cpu().numpy()
         if self.logits:  # until record_logits: not scored
             self._column("memory")[self.last] = np.nan
             self._column("adapt")[self.last] = np.nan
-        if len(self.positions) > self.capacity:  # the oldest go: their batch copies train in full
-            for key in list(islice(self.positions, len(self.positions) - self.capacity)):
-                del self.positions[key]
 
     def record_logits(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> None:
         """The towers' logits of the rows ``record`` just took (before their step: out of sample)."""
@@ -104,12 +104,10 @@ class StreamedRows:
         self._column("memory")[self.last] = memory_logit.detach().cpu().numpy()
         self._column("adapt")[self.last] = adapt_logit.detach().cpu().numpy()
 
-    def _pop(self, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The ring slots of ``ids`` and whether each was found here; the found are forgotten."""
-        got = map(self.positions.pop, ids, repeat(ABSENT))  # in C: a Python loop took 4x longer
-        position = np.fromiter(got, dtype=np.int64, count=len(ids))
-        found = position >= max(0, self.next - self.capacity)  # an older position's slot was written over
-        return position % self.capacity, found
+    def _pop(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ring slots of ``keys`` and whether each was found here; the found are forgotten."""
+        position = self.table.pop(keys)
+        return position % self.capacity, position != ABSENT
 
     def _labels(self, slots: np.ndarray, found: np.ndarray) -> torch.Tensor:
         out = np.full(len(slots), np.nan, np.float32)
@@ -117,18 +115,18 @@ class StreamedRows:
             out[found] = self.columns["label"][slots[found]]
         return torch.from_numpy(out)
 
-    def take(self, ids: list[str] | None, group: Group | None = None) -> Found:
+    def take(self, ids: np.ndarray | Sequence[str] | None, group: Group | None = None) -> Found:
         """What the stream copies of a batch minibatch's rows left. In a data-parallel world (``group``
         active) every rank calls it at every batch step: the labels are found on any rank."""
-        mine = ids or []
+        mine = as_keys(ids)
         if group is None or not group.active:
             slots, found = self._pop(mine)
             labels = self._labels(slots, found)
         else:
-            every = [_decode(raw) for raw in group.all_gather(_encode(mine))]
-            if not any(every):
+            every = [raw.numpy().view(np.uint64) for raw in group.all_gather(torch.from_numpy(mine.view(np.int64)))]
+            if not any(len(k) for k in every):
                 return Found(None, None)
-            popped = [self._pop(i) for i in every]
+            popped = [self._pop(k) for k in every]
             # label + 1 where this rank trained the row, else 0 (a row streamed twice: the larger label)
             answers = torch.cat([self._labels(*p) for p in popped]).add_(1.0).nan_to_num_(0.0)
             group.max_tensor(answers)
@@ -136,7 +134,7 @@ class StreamedRows:
             labels = answers[start : start + len(mine)] - 1.0
             labels[labels < 0] = float("nan")
             slots, found = popped[group.rank]
-        any_label = bool(mine) and not bool(torch.isnan(labels).all())
+        any_label = bool(len(mine)) and not bool(torch.isnan(labels).all())
         return Found(labels if any_label else None, self._logits(slots, found))
 
     def _logits(self, slots: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -149,35 +147,37 @@ class StreamedRows:
             return None
         return rows[scored], memory[scored].astype(np.float64), adapt[scored].astype(np.float64)
 
-    def _remembered(self) -> tuple[list[str], np.ndarray]:
-        """Every remembered row's id and real-time label, oldest first."""
-        ids = list(self.positions)
-        position = np.fromiter(self.positions.values(), dtype=np.int64, count=len(ids))
-        live = position >= max(0, self.next - self.capacity)
-        if not live.all():  # rows whose slots were written over: forgotten
-            ids, position = list(compress(ids, live)), position[live]
-        labels = self.columns["label"][position % self.capacity] if len(ids) else np.zeros(0, np.float32)
-        return ids, labels
+    def _remembered(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every remembered row's key and real-time label, oldest first."""
+        keys, position = self.table.live()
+        labels = self.columns["label"][position % self.capacity] if len(keys) else np.zeros(0, np.float32)
+        return keys, labels
 
-    def labels_by_id(self) -> dict[str, float]:
-        ids, labels = self._remembered()
-        return dict(zip(ids, labels.tolist(), strict=True))
+    def labels_by_key(self) -> dict[int, float]:
+        keys, labels = self._remembered()
+        return dict(zip(keys.tolist(), labels.tolist(), strict=True))
 
     def state_dict(self) -> dict:
-        """Two tensors (the ids as bytes, the labels): a checkpoint copies them whole, where lists of a
-        million ids would cost the training thread a deepcopy visit per id."""
-        ids, labels = self._remembered()
-        return {"ids": _encode(ids), "labels": torch.from_numpy(labels.copy())}
+        """Two tensors (the keys, the labels): a checkpoint copies them whole."""
+        keys, labels = self._remembered()
+        return {"keys": torch.from_numpy(keys.view(np.int64).copy()), "labels": torch.from_numpy(labels.copy())}
 
     def load_state_dict(self, state: dict, rank: int = 0) -> None:
-        """``state`` of one process, or of a data-parallel world's ranks (``{"ranks": [...]}``: ``rank``'s)."""
+        """``state`` of one process, or of a data-parallel world's ranks (``{"ranks": [...]}``: ``rank``'s).
+        Earlier layouts kept the ids themselves (NUL-separated bytes, or a list): they are hashed."""
         if "ranks" in state:
             state = state["ranks"][rank]
-        ids, labels = state["ids"], state["labels"]
-        if isinstance(ids, torch.Tensor):  # else lists, the first layout
-            ids, labels = _decode(ids), labels.tolist()
-        if len(ids) != len(labels):
-            raise ValueError(f"streamed rows' state: {len(ids)} ids for {len(labels)} labels")
-        ids, labels = ids[-self.capacity :], labels[-self.capacity :]
-        self.positions, self.next, self.columns = {}, 0, {}
-        self.record(ids, torch.tensor(labels, dtype=torch.float32))
+        labels = state["labels"]
+        labels = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels, np.float32)
+        if "keys" in state:
+            keys = state["keys"].numpy().view(np.uint64)
+        else:
+            ids = state["ids"]
+            if isinstance(ids, torch.Tensor):
+                ids = bytes(ids.numpy()).decode().split("\0")[:-1] if ids.numel() else []
+            keys = row_keys(ids)
+        if len(keys) != len(labels):
+            raise ValueError(f"streamed rows' state: {len(keys)} ids for {len(labels)} labels")
+        keys, labels = keys[-self.capacity :], labels[-self.capacity :]
+        self.table, self.next, self.columns = KeyTable(), 0, {}
+        self.record(keys, torch.tensor(labels, dtype=torch.float32))

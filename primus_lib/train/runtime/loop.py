@@ -231,8 +231,8 @@ class Trainer(Checkpointing):
             self.input_metrics.add_samples(len(labels))
         parts = prepared.parts if prepared is not None else None
         self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs, parts)
-        if batch.ids is not None:
-            self.sample_log.step(self.step, buffer.name, batch.ids)
+        if self.sample_log.enabled and (sample_ids := batch.ids) is not None:
+            self.sample_log.step(self.step, buffer.name, sample_ids)
         return True
 
     def prepare(self, kind: str, rows) -> Prepared:
