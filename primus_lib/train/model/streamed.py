@@ -86,6 +86,8 @@ class StreamedRows:
         n = len(keys)
         if labels.numel() != n:
             raise ValueError(f"{n} row ids for {labels.numel()} labels")
+        if self.next == 0:  # sized for the whole ring: it fills in any real job, and growing re-puts every key
+            self.table = KeyTable(buckets=1 << max(0, self.capacity - 1).bit_length())
         positions = np.arange(self.next, self.next + n)
         self.last = positions % self.capacity
         self.next += n
