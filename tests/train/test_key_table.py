@@ -34,7 +34,7 @@ def test_the_table_does_what_a_dict_does(ids, low_bits):
         model = {k: p for k, p in model.items() if p >= table.floor}
         keys, positions = table.live()
         assert dict(zip(keys.tolist(), positions.tolist(), strict=True)) == model
-        assert positions.tolist() == sorted(model.values()) and len(table) == len(model)
+        assert len(table) == len(model)
 
 
 def test_it_grows_and_clears_its_marks():

@@ -174,3 +174,15 @@ def test_data_parallel_ranks_find_the_copies_another_rank_streamed(tmp_path):
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     assert r0["got"] == [[0.0, None], None] and r1["got"] == [[1.0, 0.0, None], None]
     assert r0["left"] == r1["left"] == 0  # every streamed row's copy was taken once, where it was recorded
+
+
+def test_a_restored_record_forgets_its_oldest_rows_first():
+    """The checkpoint keeps the rows in table order with their positions; a restore into a smaller
+    record keeps the newest."""
+    ids = [f"row{i}" for i in range(40)]
+    record = StreamedRows(capacity=40)
+    record.record(ids, torch.arange(40, dtype=torch.float32))
+    smaller = StreamedRows(capacity=5)
+    smaller.load_state_dict(record.state_dict())
+    assert smaller.take(ids).labels.tolist()[35:] == [35.0, 36.0, 37.0, 38.0, 39.0]
+    assert len(smaller.table) == 0

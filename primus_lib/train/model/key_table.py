@@ -1,10 +1,12 @@
 """A hash table of 64-bit row keys to positions, probed a minibatch at a time in numpy.
 
 The once rule and MTRM's validation look every row of every minibatch up by its sample id. A
-Python dict of id strings costs about 0.6 us a row at 512 rows and 0.75 us at 65,536 (each
-lookup a few cache misses into a million string objects, on the training thread), which a GPU
-step of 65,536 rows cannot afford (docs/status.md). Here the ids are hashed once per minibatch
-(``row_keys.py``) and a whole minibatch is put, found or popped by a few array operations.
+Python dict of a million id strings costs about 0.55 us a row (a few cache misses each, on the
+training thread): 50 ms for a 65,536-row minibatch's record and lookup on a 2-core dev machine,
+where a GPU host's whole step took 17.5-20 ms (docs/status.md). Here the ids are hashed once per
+minibatch (``row_keys.py``) and a whole minibatch is put, found or popped by a few array
+operations: about 0.13 us a row, but about 0.1 ms a call, so a small dict stays cheaper at
+512-row minibatches (``bench/streamed_rows.py``).
 
 Layout: buckets of ``SLOTS`` slots, a bucket's keys and positions side by side in one 64-byte
 cache line, so a probe costs one miss. A key lives in its home bucket (``key & mask``) or, when
@@ -86,14 +88,10 @@ class KeyTable:
             cells[at] = POPPED
         return out
 
-    def live(self, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Every live key (uint64) and its position, in position order unless not ``ordered``."""
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every live key (uint64) and its position, in table order."""
         alive = self.cells[:, SLOTS:] >= self.floor
-        keys, positions = self.cells[:, :SLOTS][alive], self.cells[:, SLOTS:][alive]
-        if ordered:
-            order = np.argsort(positions, kind="stable")
-            keys, positions = keys[order], positions[order]
-        return keys.view(np.uint64), positions
+        return self.cells[:, :SLOTS][alive].view(np.uint64), self.cells[:, SLOTS:][alive]
 
     def _find(self, keys: np.ndarray) -> np.ndarray:
         """Each key's live slot as the flat index of its key cell, -1 where it has none."""
@@ -166,7 +164,7 @@ class KeyTable:
             return
         while (live + arriving) * 4 > buckets * SLOTS:
             buckets *= 2
-        keys, positions = self.live(ordered=False)
+        keys, positions = self.live()
         self._allocate(buckets)
         if len(keys):
             self._put(keys.view(np.int64), positions)

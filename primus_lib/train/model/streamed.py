@@ -86,8 +86,6 @@ class StreamedRows:
         n = len(keys)
         if labels.numel() != n:
             raise ValueError(f"{n} row ids for {labels.numel()} labels")
-        if self.next == 0:  # sized for the whole ring: it fills in any real job, and growing re-puts every key
-            self.table = KeyTable(buckets=1 << max(0, self.capacity - 1).bit_length())
         positions = np.arange(self.next, self.next + n)
         self.last = positions % self.capacity
         self.next += n
@@ -149,20 +147,25 @@ class StreamedRows:
             return None
         return rows[scored], memory[scored].astype(np.float64), adapt[scored].astype(np.float64)
 
-    def _remembered(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every remembered row's key and real-time label, oldest first."""
+    def _remembered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every remembered row's key, real-time label and position (in no order: a checkpoint
+        would pay a sort of up to a million positions; a restore sorts them once)."""
         keys, position = self.table.live()
         labels = self.columns["label"][position % self.capacity] if len(keys) else np.zeros(0, np.float32)
-        return keys, labels
+        return keys, labels, position
 
     def labels_by_key(self) -> dict[int, float]:
-        keys, labels = self._remembered()
+        keys, labels, _ = self._remembered()
         return dict(zip(keys.tolist(), labels.tolist(), strict=True))
 
     def state_dict(self) -> dict:
-        """Two tensors (the keys, the labels): a checkpoint copies them whole."""
-        keys, labels = self._remembered()
-        return {"keys": torch.from_numpy(keys.view(np.int64).copy()), "labels": torch.from_numpy(labels.copy())}
+        """Three tensors (the keys, the labels, their positions): a checkpoint copies them whole."""
+        keys, labels, position = self._remembered()
+        return {  # each a fresh array (gathered from the table and the columns)
+            "keys": torch.from_numpy(keys.view(np.int64)),
+            "labels": torch.from_numpy(labels),
+            "positions": torch.from_numpy(position),
+        }
 
     def load_state_dict(self, state: dict, rank: int = 0) -> None:
         """``state`` of one process, or of a data-parallel world's ranks (``{"ranks": [...]}``: ``rank``'s).
@@ -178,8 +181,13 @@ class StreamedRows:
             if isinstance(ids, torch.Tensor):
                 ids = bytes(ids.numpy()).decode().split("\0")[:-1] if ids.numel() else []
             keys = row_keys(ids)
-        if len(keys) != len(labels):
-            raise ValueError(f"streamed rows' state: {len(keys)} ids for {len(labels)} labels")
+        positions = state["positions"].numpy() if "positions" in state else np.arange(len(keys))
+        if not len(keys) == len(labels) == len(positions):
+            raise ValueError(
+                f"streamed rows' state: {len(keys)} ids for {len(labels)} labels and {len(positions)} positions"
+            )
+        order = np.argsort(positions, kind="stable")  # oldest first: again the first forgotten
+        keys, labels = keys[order], labels[order]
         keys, labels = keys[-self.capacity :], labels[-self.capacity :]
         self.table, self.next, self.columns = KeyTable(), 0, {}
         self.record(keys, torch.tensor(labels, dtype=torch.float32))
