@@ -38,8 +38,8 @@ class FeaturesSpec(SpecModel):
     timestamp: str = Field(min_length=1)
     id: str | None = Field(
         None,
-        description="Column that identifies a sample (strings, binary or integers): the exactly-once checks and "
-        "the once rule (a batch row's stream copy is found by it) read it; unset: the first join key.",
+        description="Column that identifies a sample: the exactly-once checks and the once rule (a batch row's "
+        "stream copy is found by it) read it; unset: the first join key.",
     )
     sparse: list[SparseFeature] = Field(min_length=1)
     dense: list[str] = Field(default_factory=list)

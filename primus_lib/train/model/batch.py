@@ -83,19 +83,19 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         dense = np.stack([_view(table, k) for k in features.dense], axis=1).astype(np.float32, copy=False)
     else:
         dense = np.zeros((rows, 0), np.float32)
-    column = keys_ = None
+    sample_ids = sample_keys = None
     if id_column and id_column in names:
-        column = table.column(id_column)
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-        keys_ = row_keys(column)
+        sample_ids = table.column(id_column)
+        if isinstance(sample_ids, pa.ChunkedArray):
+            sample_ids = sample_ids.combine_chunks() if sample_ids.num_chunks != 1 else sample_ids.chunk(0)
+        sample_keys = row_keys(sample_ids)
     return Batch(
         sparse=sparse,
         dense=torch.from_numpy(dense),
         labels=torch.from_numpy(_np(table, features.label, np.float32)),
         ts=_np(table, features.timestamp, np.int64),
-        keys=keys_,
-        id_column=column,
+        keys=sample_keys,
+        id_column=sample_ids,
     )
 
 

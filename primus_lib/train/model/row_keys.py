@@ -36,6 +36,8 @@ def row_keys(column: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         column = pa.array(list(column), pa.string())
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
+    if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
+        column = column.cast(pa.large_binary())  # views point into many buffers: one offsets layout
     kind = column.type
     if pa.types.is_integer(kind):
         keys = splitmix64(column.fill_null(0).to_numpy().astype(np.int64).view(np.uint64))
