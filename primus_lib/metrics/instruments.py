@@ -71,6 +71,7 @@ class ExecutorMetrics:
         self.samples = _counter(registry, n.SAMPLES, "Samples produced").labels(**self.labels)
         self.registry = registry
         self.lag: Gauge | None = None  # stream executors only: made on the first observe_lag
+        self.rates: tuple[Gauge, Gauge] | None = None  # stream executors only: made on the first observe_rates
         self._proc = psutil.Process(pid or os.getpid())
         self._proc.cpu_percent(None)
 
@@ -97,6 +98,16 @@ class ExecutorMetrics:
         if self.lag is None:
             self.lag = _gauge(self.registry, n.STREAM_LAG, "Messages not read yet, rows").labels(**self.labels)
         self.lag.set(max(0.0, float(rows)))
+
+    def observe_rates(self, read: float, source: float) -> None:
+        """A stream executor's rows read per second and the rows per second its partitions received,
+        over one reporting interval (the interval its CPU utilisation is measured over)."""
+        if self.rates is None:
+            read_gauge = _gauge(self.registry, n.STREAM_READ_RATE, "Rows read per second")
+            source_gauge = _gauge(self.registry, n.STREAM_SOURCE_RATE, "Rows its partitions received per second")
+            self.rates = (read_gauge.labels(**self.labels), source_gauge.labels(**self.labels))
+        self.rates[0].set(max(0.0, float(read)))
+        self.rates[1].set(max(0.0, float(source)))
 
 
 class TrainerMetrics:

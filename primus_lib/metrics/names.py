@@ -11,6 +11,9 @@ OOM_KILLS = "primus_executor_oom_kills_total"
 SAMPLES = "primus_executor_samples_total"
 # stream executors: Kafka messages of their partitions not read yet (high watermark - position), rows
 STREAM_LAG = "primus_executor_stream_lag_rows"
+# stream executors, over their last reporting interval: rows they read, and rows their partitions received
+STREAM_READ_RATE = "primus_executor_stream_read_rows_per_second"
+STREAM_SOURCE_RATE = "primus_executor_stream_source_rows_per_second"
 TRAINER_STARVED = "primus_trainer_starved_ratio"  # share of step time spent waiting for data, 0..1
 TRAINER_BACKPRESSURE = "primus_trainer_backpressure_ratio"  # share of time the input queue was full, 0..1
 TRAINER_SAMPLES = "primus_trainer_samples_total"
@@ -27,6 +30,8 @@ METRIC_NAMES = (
     OOM_KILLS,
     SAMPLES,
     STREAM_LAG,
+    STREAM_READ_RATE,
+    STREAM_SOURCE_RATE,
     TRAINER_STARVED,
     TRAINER_BACKPRESSURE,
     TRAINER_SAMPLES,

@@ -32,6 +32,10 @@ class Snapshot:
     trainer_starved: float
     trainer_backpressure: float
     stream_lag: float | None = None  # stream executors: rows of their partitions not read yet (None: not reported)
+    # stream executors, summed over their last reporting intervals (None: not reported): rows read per
+    # second, and rows per second their partitions received (the source's rate)
+    read_rate: float | None = None
+    source_rate: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +100,8 @@ class RegistryReader(MetricsReader):
             trainer_starved=top(self._values(n.TRAINER_STARVED, "trainer")),
             trainer_backpressure=top(self._values(n.TRAINER_BACKPRESSURE, "trainer")),
             stream_lag=_sum_or_none(self._values(n.STREAM_LAG, self.role)),
+            read_rate=_sum_or_none(self._values(n.STREAM_READ_RATE, self.role)),
+            source_rate=_sum_or_none(self._values(n.STREAM_SOURCE_RATE, self.role)),
         )
 
 
@@ -190,6 +196,8 @@ class PrometheusReader(MetricsReader):
             trainer_starved=value(f"max({n.TRAINER_STARVED}{tr})"),
             trainer_backpressure=value(f"max({n.TRAINER_BACKPRESSURE}{tr})"),
             stream_lag=self.query(f"sum({n.STREAM_LAG}{ex})"),
+            read_rate=self.query(f"sum({n.STREAM_READ_RATE}{ex})"),
+            source_rate=self.query(f"sum({n.STREAM_SOURCE_RATE}{ex})"),
         )
 
     def usage_history(self, lookback_seconds: float, step_seconds: float) -> list[UsagePoint] | None:

@@ -12,7 +12,9 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   their Kafka lag (rows of their partitions not read yet, ``Snapshot.stream_lag``) is at least
   ``STREAM_LAG_MIN_ROWS``. A trainer starved by a source that only trickles waits at the live
   edge whatever the number of executors; more of them would idle (Ray's autoscaler adds nodes
-  for pending demand only). Batch data executors keep the rule above. Stream executors caught up
+  for pending demand only). Saturated ones are sized from the rates they measure (the source's
+  rate and backlog over one executor's: ``_sized_by_rates``). Batch data executors keep the rule
+  above. Stream executors caught up
   with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under ``STREAM_BUSY_CPU`` are removed
   down to as many as their work needs at that load, at least one per decision, at most ``step`` of
   the pool: a source-bound stream never back-pressures the trainer, so the rule below would keep a
@@ -52,8 +54,29 @@ STREAM_LAG_MIN_ROWS = 4096
 # rest is headroom for the source's jitter; a surge is caught by the lag rule, not by idle cores)
 STREAM_BUSY_CPU = 0.85
 # stream executors behind Kafka at this share of their cores or more cannot go faster: the backlog
-# grows or drains slowly whatever the trainer's wait reads, so they grow by the whole ``step``
+# grows or drains slowly whatever the trainer's wait reads, so they are sized from their measured
+# rates (``_sized_by_rates``), or without rates grow by the whole ``step``
 STREAM_SATURATED_CPU = 0.9
+# sized by measured rates, stream executors are to read a backlog within this (Flink's autoscaler's
+# default catch-up duration): the source's own rate decides a surge's size, the backlog a long one's
+CATCH_UP_SECONDS = 300.0
+
+
+def _sized_by_rates(ctx: PolicyContext) -> int | None:
+    """Stream executors for the source's rate plus its backlog, from the rates the executors measure
+    over their reporting interval (None: not reported), as Flink's autoscaler sizes a source: the
+    pool read ``r`` rows/s at ``busy`` CPU, so one executor reads ``r / (n busy)`` rows/s when fully
+    busy; the source received ``a`` rows/s; the backlog is to be read within ``CATCH_UP_SECONDS``.
+    A measured rate says how many are needed, so the target is bounded by ``max_replicas`` only, not
+    by ``step``, which bounds a change made without one (a pool of 1 at the default step grew by one
+    executor a decision while a surge left it 10x behind)."""
+    s = ctx.snapshot
+    if s.read_rate is None or s.source_rate is None or s.stream_lag is None or s.executors <= 0:
+        return None
+    if s.read_rate <= 0 or s.cpu <= 0:
+        return None
+    per_executor = s.read_rate / (s.executors * s.cpu)
+    return math.ceil((s.source_rate + s.stream_lag / CATCH_UP_SECONDS) / per_executor * (1 + HEADROOM))
 
 
 class HorizontalPolicy(ScalingPolicy):
@@ -129,12 +152,14 @@ class HorizontalPolicy(ScalingPolicy):
     def _up_by(self, ctx: PolicyContext) -> int:
         """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s), plus
         the HEADROOM a scale-down keeps (so the two agree on the target and buffers refill).
-        Saturated stream executors behind Kafka: the whole step (a backlog in Kafka is demand the
-        trainer's wait, which also counts batch windows and the executors' buffers, understates)."""
+        Saturated stream executors behind Kafka: as many as their measured rates call for
+        (``_sized_by_rates``), else the whole step (a backlog in Kafka is demand the trainer's wait,
+        which also counts batch windows and the executors' buffers, understates)."""
         n, s = ctx.allocation.replicas, min(ctx.snapshot.trainer_starved, 0.9)
         cap = math.ceil(n * self.spec.step)
         if ctx.allocation.role == STREAM_ROLE and ctx.snapshot.cpu >= STREAM_SATURATED_CPU:
-            return cap
+            sized = _sized_by_rates(ctx)
+            return max(1, sized - n) if sized is not None else cap
         wanted = math.ceil(n / (1.0 - s) * (1 + HEADROOM)) - n
         return max(1, min(wanted, cap))
 

@@ -17,7 +17,13 @@ class HorizontalScaling(SpecModel):
     weights: list[float] = Field([0.8, 0.1, 0.1], min_length=3, max_length=3)  # why: docs/scaling.md
     threshold: float = Field(0.5, ge=0, le=1)
     cooldown: Duration = timedelta(seconds=60)
-    step: float = Field(0.25, gt=0, le=1, description="Largest change per decision, as a fraction.")
+    step: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Largest change per decision, as a fraction of the pool; saturated stream executors "
+        "sized from the rates they measure are bounded by max_replicas only.",
+    )
 
 
 class VerticalScaling(SpecModel):

@@ -4,11 +4,14 @@ metrics reader, and a real ``primus executor`` over a real Kafka scraped by a re
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from primus_lib.data.executor.service_metrics import Rates
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.metrics import ExecutorMetrics, TrainerMetrics, write_snapshot
 from primus_lib.metrics import names as n
@@ -16,7 +19,13 @@ from primus_lib.metrics.readers import PrometheusReader, RegistryReader, Textfil
 from primus_lib.paths import JobPaths
 from primus_lib.resources.discovery import LocalDiscovery
 from primus_lib.scaling import ScalingManager
-from primus_lib.scaling.horizontal import STREAM_BUSY_CPU, STREAM_LAG_MIN_ROWS, STREAM_ROLE, HorizontalPolicy
+from primus_lib.scaling.horizontal import (
+    CATCH_UP_SECONDS,
+    STREAM_BUSY_CPU,
+    STREAM_LAG_MIN_ROWS,
+    STREAM_ROLE,
+    HorizontalPolicy,
+)
 from primus_lib.spec.scaling import HorizontalScaling
 from tests.data.test_stream_executor import _produce, _pull, _spec, executors  # noqa: F401
 from tests.fixtures._proc import free_port
@@ -38,6 +47,34 @@ def test_stream_executors_behind_kafka_are_added():
     assert "50000 rows behind Kafka" in d.reason and d.inputs["stream_lag"] == 50_000
     back_pressured = snapshot(**{**DRY, "starved": 0.1}, backpressure=0.5, lag=50_000)  # the trainer is the limit
     assert POLICY.decide(context(back_pressured, replicas=1, hi=4, role=STREAM_ROLE)) is None
+
+
+def test_saturated_stream_executors_are_sized_by_their_measured_rates():
+    # one executor at 0.95 CPU read 665 rows/s (700 when fully busy) while its partitions received
+    # 6,465 rows/s, 39,000 rows behind: 6,465 + 39,000 / CATCH_UP_SECONDS rows/s to read
+    busy = snapshot(**{**DRY, "cpu": 0.95}, lag=39_000)
+    measured = dataclasses.replace(busy, read_rate=665.0, source_rate=6_465.0)
+    wanted = math.ceil((6_465 + 39_000 / CATCH_UP_SECONDS) / 700 * 1.05)
+    assert wanted == 10
+    d = POLICY.decide(context(measured, replicas=1, hi=20, role=STREAM_ROLE))
+    assert d.action == "scale_up" and d.replicas == wanted  # not one at a time (the default step: 1 of 1)
+    assert POLICY.decide(context(measured, replicas=1, hi=4, role=STREAM_ROLE)).replicas == 4
+    # without rates (an executor of an older release, or none read yet): the step, as before
+    assert POLICY.decide(context(busy, replicas=1, hi=20, role=STREAM_ROLE)).replicas == 2
+    idle = dataclasses.replace(busy, read_rate=0.0, source_rate=6_465.0)
+    assert POLICY.decide(context(idle, replicas=1, hi=20, role=STREAM_ROLE)).replicas == 2
+
+
+def test_an_executor_measures_its_source_over_the_partitions_it_kept():
+    now = [0.0]
+    rates = Rates(clock=lambda: now[0])
+    assert rates.observe(0, {"0": 100, "1": 50}) is None  # the first observation: nothing to compare
+    now[0] = 5.0
+    assert rates.observe(2_000, {"0": 1_100, "1": 1_050}) == (400.0, 800.0)  # read 400/s, lag grew 400/s
+    now[0] = 10.0
+    assert rates.observe(4_000, {"0": 100, "1": 50}) == (400.0, 0.0)  # it caught up: received under read
+    now[0] = 15.0
+    assert rates.observe(5_000, {"0": 9_000}) == (200.0, 200.0)  # a rebalance: what was read only
 
 
 def test_caught_up_stream_executors_leave_down_to_what_their_work_needs():
@@ -63,9 +100,12 @@ def test_readers_sum_the_lag_of_the_roles_executors():
         m = ExecutorMetrics("lagjob", worker, 1, 2**30, role=STREAM_ROLE, registry=registry)
         m.observe_buffer(0, 10)
         m.observe_lag(lag)
+        m.observe_rates(read=lag * 2, source=lag * 3)
     ExecutorMetrics("lagjob", "b0", 1, 2**30, registry=registry).observe_buffer(0, 10)  # a batch one: no lag
-    assert RegistryReader("lagjob", STREAM_ROLE, registry).snapshot().stream_lag == 350
-    assert RegistryReader("lagjob", "data_executor", registry).snapshot().stream_lag is None
+    stream = RegistryReader("lagjob", STREAM_ROLE, registry).snapshot()
+    assert (stream.stream_lag, stream.read_rate, stream.source_rate) == (350, 700, 1050)
+    batch = RegistryReader("lagjob", "data_executor", registry).snapshot()
+    assert (batch.stream_lag, batch.read_rate, batch.source_rate) == (None, None, None)
 
 
 class _Recorder:
@@ -127,7 +167,17 @@ def test_a_real_executor_reports_its_lag_and_is_scaled_only_while_behind(
     reader = ExecutorStreamReader(LocalDiscovery.for_stream(job, "realtime"), pull_rows=500)
     try:
         assert len(_pull(reader, len(produced))) == len(produced)
-        _wait(lambda: lag(files), 0, "lag once the trainer took everything")
+        read_rates: list[float] = []
+
+        def lag_and_rate() -> float | None:
+            snap = files.snapshot()
+            read_rates.append((snap.read_rate or 0.0) if snap is not None else 0.0)
+            return None if snap is None else snap.stream_lag
+
+        _wait(lag_and_rate, 0, "lag once the trainer took everything")
+        # the interval it read them in reports what it read (the source's rate beside it)
+        _wait(lambda: lag_and_rate() is not None and max(read_rates) > 0, True, "the executor's read rate")
+        assert files.snapshot().source_rate is not None
         prometheus_server.wait_for(f'{n.STREAM_LAG}{{primus_job="{name}"}} == 0', 1, timeout=60)
         write_snapshot(metrics_dir, "trainer-0", trainer)  # still starved: the source is quiet now
         assert files.snapshot().trainer_starved == pytest.approx(0.9)

@@ -5,6 +5,8 @@ a slow source (executors at the live edge: more of them would not help) from slo
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -20,9 +22,32 @@ if TYPE_CHECKING:
 ROLE = "stream_executor"
 
 
-def lag_rows(service: ExecutorService) -> int:
-    """Messages not read yet, summed over the partitions the executor serves (asked of the broker)."""
-    return sum(service._lag({})["lag"].values())
+def partition_lags(service: ExecutorService) -> dict[str, int]:
+    """Messages not read yet per partition the executor serves (asked of the broker)."""
+    return service._lag({})["lag"]
+
+
+class Rates:
+    """Rows read per second and rows per second the partitions received, between two observations:
+    the source's rate is what was read plus what the lag grew by, over partitions served throughout
+    (an interval across a rebalance reports what was read only: a partition that came or went would
+    count its whole lag as growth)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last: tuple[float, int, dict[str, int]] | None = None
+
+    def observe(self, rows_in: int, lags: dict[str, int]) -> tuple[float, float] | None:
+        now = self.clock()
+        last, self.last = self.last, (now, rows_in, dict(lags))
+        if last is None or now <= last[0]:
+            return None
+        seconds = now - last[0]
+        read = (rows_in - last[1]) / seconds
+        if lags.keys() != last[2].keys():
+            return read, read
+        grew = (sum(lags.values()) - sum(last[2].values())) / seconds
+        return read, max(0.0, read + grew)
 
 
 def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
@@ -39,12 +64,21 @@ def report(service: ExecutorService, every: float = 5.0) -> threading.Thread:
     )
     serve_from_env(registry, offset=service.index)
 
+    rates = Rates()
+
+    def lag() -> None:
+        lags, rows_in = partition_lags(service), service.rows_in
+        metrics.observe_lag(sum(lags.values()))
+        if (observed := rates.observe(rows_in, lags)) is not None:
+            metrics.observe_rates(*observed)
+
     def loop() -> None:
         counted = 0
+        guarded("executor lag behind Kafka", lambda: rates.observe(service.rows_in, partition_lags(service)))
         while not service._stop.wait(every):
             metrics.observe_buffer(service.filled, service.buffer.capacity)
             guarded("executor process metrics", metrics.observe_process)
-            guarded("executor lag behind Kafka", lambda: metrics.observe_lag(lag_rows(service)))
+            guarded("executor lag behind Kafka", lag)
             metrics.add_samples(service.rows_in - counted)
             counted = service.rows_in
             writer.write()
