@@ -12,9 +12,9 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   their Kafka lag (rows of their partitions not read yet, ``Snapshot.stream_lag``) is at least
   ``STREAM_LAG_MIN_ROWS``. A trainer starved by a source that only trickles waits at the live
   edge whatever the number of executors; more of them would idle (Ray's autoscaler adds nodes
-  for pending demand only). Saturated ones are sized from the rates they measure (the source's
-  rate and backlog over one executor's: ``_sized_by_rates``). Batch data executors keep the rule
-  above. Stream executors caught up
+  for pending demand only). They are sized from the rates they measure (the source's rate and
+  backlog over one executor's: ``_sized_by_rates``). Batch data executors keep the rule above.
+  Stream executors caught up
   with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under ``STREAM_BUSY_CPU`` are removed
   down to as many as their work needs at that load, at least one per decision, at most ``step`` of
   the pool: a source-bound stream never back-pressures the trainer, so the rule below would keep a
@@ -54,8 +54,8 @@ STREAM_LAG_MIN_ROWS = 4096
 # rest is headroom for the source's jitter; a surge is caught by the lag rule, not by idle cores)
 STREAM_BUSY_CPU = 0.85
 # stream executors behind Kafka at this share of their cores or more cannot go faster: the backlog
-# grows or drains slowly whatever the trainer's wait reads, so they are sized from their measured
-# rates (``_sized_by_rates``), or without rates grow by the whole ``step``
+# grows or drains slowly whatever the trainer's wait reads, so without measured rates they grow by
+# the whole ``step``
 STREAM_SATURATED_CPU = 0.9
 # sized by measured rates, stream executors are to read a backlog within this (Flink's autoscaler's
 # default catch-up duration): the source's own rate decides a surge's size, the backlog a long one's
@@ -152,14 +152,19 @@ class HorizontalPolicy(ScalingPolicy):
     def _up_by(self, ctx: PolicyContext) -> int:
         """A trainer waiting a share s of its time gets (1 - s) of its demand: need n / (1 - s), plus
         the HEADROOM a scale-down keeps (so the two agree on the target and buffers refill).
-        Saturated stream executors behind Kafka: as many as their measured rates call for
-        (``_sized_by_rates``), else the whole step (a backlog in Kafka is demand the trainer's wait,
-        which also counts batch windows and the executors' buffers, understates)."""
+        Stream executors behind Kafka: as many as their measured rates call for
+        (``_sized_by_rates``: at any CPU, since the rates carry it; a saturation gate on one
+        interval's CPU, 0.88 where a surge began mid-interval, fell back to one at a time); without
+        rates, saturated ones grow by the whole step (a backlog in Kafka is demand the trainer's
+        wait, which also counts batch windows and the executors' buffers, understates)."""
         n, s = ctx.allocation.replicas, min(ctx.snapshot.trainer_starved, 0.9)
         cap = math.ceil(n * self.spec.step)
-        if ctx.allocation.role == STREAM_ROLE and ctx.snapshot.cpu >= STREAM_SATURATED_CPU:
+        if ctx.allocation.role == STREAM_ROLE:
             sized = _sized_by_rates(ctx)
-            return max(1, sized - n) if sized is not None else cap
+            if sized is not None:
+                return max(1, sized - n)
+            if ctx.snapshot.cpu >= STREAM_SATURATED_CPU:
+                return cap
         wanted = math.ceil(n / (1.0 - s) * (1 + HEADROOM)) - n
         return max(1, min(wanted, cap))
 

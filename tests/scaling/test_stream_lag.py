@@ -49,7 +49,7 @@ def test_stream_executors_behind_kafka_are_added():
     assert POLICY.decide(context(back_pressured, replicas=1, hi=4, role=STREAM_ROLE)) is None
 
 
-def test_saturated_stream_executors_are_sized_by_their_measured_rates():
+def test_stream_executors_behind_kafka_are_sized_by_their_measured_rates():
     # one executor at 0.95 CPU read 665 rows/s (700 when fully busy) while its partitions received
     # 6,465 rows/s, 39,000 rows behind: 6,465 + 39,000 / CATCH_UP_SECONDS rows/s to read
     busy = snapshot(**{**DRY, "cpu": 0.95}, lag=39_000)
@@ -59,6 +59,12 @@ def test_saturated_stream_executors_are_sized_by_their_measured_rates():
     d = POLICY.decide(context(measured, replicas=1, hi=20, role=STREAM_ROLE))
     assert d.action == "scale_up" and d.replicas == wanted  # not one at a time (the default step: 1 of 1)
     assert POLICY.decide(context(measured, replicas=1, hi=4, role=STREAM_ROLE)).replicas == 4
+    # an interval in which the surge began: less busy on average, read and received alike (the rates
+    # carry it; a saturation gate on the CPU alone fell back to one at a time here)
+    began = dataclasses.replace(measured, cpu=0.5, read_rate=350.0, source_rate=3_400.0)
+    assert POLICY.decide(context(began, replicas=1, hi=20, role=STREAM_ROLE)).replicas == math.ceil(
+        (3_400 + 39_000 / CATCH_UP_SECONDS) / 700 * 1.05
+    )
     # without rates (an executor of an older release, or none read yet): the step, as before
     assert POLICY.decide(context(busy, replicas=1, hi=20, role=STREAM_ROLE)).replicas == 2
     idle = dataclasses.replace(busy, read_rate=0.0, source_rate=6_465.0)
