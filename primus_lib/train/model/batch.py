@@ -85,9 +85,7 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
         dense = np.zeros((rows, 0), np.float32)
     sample_ids = sample_keys = None
     if id_column and id_column in names:
-        sample_ids = table.column(id_column)
-        if isinstance(sample_ids, pa.ChunkedArray):
-            sample_ids = sample_ids.combine_chunks() if sample_ids.num_chunks != 1 else sample_ids.chunk(0)
+        sample_ids = _array(table, id_column)
         sample_keys = row_keys(sample_ids)
     return Batch(
         sparse=sparse,
@@ -111,11 +109,17 @@ def _wanted(features: FeaturesSpec) -> frozenset[str]:
     return known[1]
 
 
-def _view(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
-    """The column as numpy: zero-copy (read-only) when it has no nulls and one chunk."""
+def _array(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    """The column as one array: its only chunk as it is, else the chunks combined."""
     column = table.column(name)
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _view(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
+    """The column as numpy: zero-copy (read-only) when it has no nulls and one chunk."""
+    column = _array(table, name)
     if column.null_count:
         column = column.fill_null(0)
     return column.to_numpy(zero_copy_only=False)
