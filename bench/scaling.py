@@ -59,8 +59,8 @@ COARSE_CORES = [float(c) for c in range(1, 11)]  # 1 .. 10 cores
 FINE_STEP, FINE_SPAN = 0.1, 0.5  # then every 0.1 core within 0.5 of the coarse best (>= 1 core)
 # the real phase (docs/scaling.md "Real processes"): executor-bound rows, stream executors of 0.15
 # core (a cgroup quota where the machine has one), 1..4 of them (the topic's 4 partitions), the
-# scaler every 5 s with a 10 s cooldown and a step of the whole pool (a small pool: +1 per decision
-# otherwise)
+# scaler every 5 s with a 10 s cooldown and the default step (stream executors reporting their rates
+# are sized by them both ways; the step bounds only changes made without them)
 REAL_PHASES, REAL_BASE = "20,20,70,10", 650.0
 REAL_ROW = (4, 300)  # string-valued sparse features, dense features per event (~4.8 KB of JSON)
 REAL_BATCH, REAL_EXECUTOR_CPU, REAL_MAX_EXECUTORS, REAL_COOLDOWN = 2048, 0.15, 4, 10.0
@@ -257,8 +257,6 @@ def real_phase(args: argparse.Namespace) -> dict:
             str(REAL_MAX_EXECUTORS),
             "--cooldown",
             str(REAL_COOLDOWN),
-            "--step",
-            "1.0",
         ]
     )
     return _surge_runs.compare(real_args, list(range(1, REAL_MAX_EXECUTORS + 1)))

@@ -30,6 +30,9 @@ class PolicyContext:
     allocation: Allocation
     history: list[UsagePoint] = field(default_factory=list)
     new_oom_kills: float = 0.0
+    # stream executors: the most rows/s one read per busy allotted core over the look-back (None:
+    # no rates reported), measured where it was busiest, so least diluted by its fixed costs
+    read_capacity: float | None = None
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,18 @@ class ScalingManager:
             return remote
         return [UsagePoint(*r) for r in rows]
 
+    def _read_capacity(self, state: dict, now: float, snapshot, alloc: Allocation) -> float | None:
+        """The peak rows/s per busy allotted core the stream executors read over the look-back. An
+        executor's fixed costs (polls, Flight calls, metrics) weigh on its CPU most when it idles, so
+        the rate per busy core measured now understates what it can read; the peak, from the interval
+        it was busiest, understates it least. Per core, so a vertical resize keeps it."""
+        rows = [r for r in state.get("read_capacity", []) if r[0] >= now - self.lookback]
+        s = snapshot
+        if s.read_rate and s.executors > 0 and s.cpu > 0 and alloc.cpu > 0:
+            rows.append([now, s.read_rate / (s.executors * s.cpu * alloc.cpu)])
+        state["read_capacity"] = rows
+        return max((r[1] for r in rows), default=None)
+
     def _held(self, state: dict, policy: ScalingPolicy, now: float) -> bool:
         last = state.get("last_change")
         if not last:
@@ -122,7 +134,8 @@ class ScalingManager:
         state["oom_seen"] = snapshot.oom_kills
         alloc = self.allocation(state)
         arrived = self._just_arrived(state, snapshot.executors, alloc.replicas)
-        ctx = PolicyContext(now, snapshot, alloc, self._history(state, now, snapshot), new_ooms)
+        history = self._history(state, now, snapshot)
+        ctx = PolicyContext(now, snapshot, alloc, history, new_ooms, self._read_capacity(state, now, snapshot, alloc))
         loads = {}
         for policy in self.policies:
             if isinstance(policy, HorizontalPolicy):

@@ -21,8 +21,9 @@ class HorizontalScaling(SpecModel):
         0.25,
         gt=0,
         le=1,
-        description="Largest change per decision, as a fraction of the pool; stream executors behind "
-        "their source, sized from the rates they measure, are bounded by max_replicas only.",
+        description="Largest change per decision, as a fraction of the pool; stream executors sized "
+        "from the rates they measure (behind their source, or caught up with it) are bounded by "
+        "min_replicas and max_replicas only.",
     )
 
 

@@ -144,3 +144,42 @@ def test_state_and_decisions_on_s3_are_shared_by_scaler_runs_on_other_hosts(s3_e
     records = ScalingStore(locate(str(where))).decisions()
     assert [r["policy"] for r in records] == ["horizontal", "vertical"]
     assert {"state.json", "decisions.jsonl"} <= {e.name for e in where.list()}
+
+
+class _Seen:
+    """A policy that only records the contexts it is shown."""
+
+    name = "seen"
+
+    def __init__(self):
+        self.contexts = []
+
+    def cooldown_seconds(self):
+        return 0.0
+
+    def settle_seconds(self):
+        return 0.0
+
+    def urgent(self, ctx):
+        return False
+
+    def decide(self, ctx):
+        self.contexts.append(ctx)
+
+
+def test_the_peak_read_rate_per_busy_core_is_remembered_over_the_look_back(tmp_path):
+    # 4 executors 90% busy read 10,800 rows/s: 3,000 per busy executor; one 50% busy then reads
+    # 650 rows/s (1,300): its fixed costs dilute the rate, the peak is kept (per allotted core)
+    busy = dataclasses.replace(snapshot(cpu=0.9, executors=4), read_rate=10_800.0, source_rate=6_500.0)
+    quiet = dataclasses.replace(snapshot(cpu=0.5, executors=1), read_rate=650.0, source_rate=650.0)
+    silent = snapshot(cpu=0.5, executors=1)  # no rates reported
+    now, seen = [0.0], _Seen()
+    m, _ = manager([busy, quiet, silent, quiet], lambda: now[0], tmp_path, policies=[seen])
+    per_core = 10_800 / (4 * 0.9 * 4.0)  # the role's executors have 4 cores
+    for t in (0.0, 30.0, 60.0):
+        now[0] = t
+        m.tick()
+    assert [c.read_capacity for c in seen.contexts] == [per_core, per_core, per_core]
+    now[0] = 60.0 + 600.0  # the busy interval is past the look-back (spec.scaling.vertical.lookback)
+    m.tick()
+    assert seen.contexts[-1].read_capacity == 650 / (0.5 * 4.0)

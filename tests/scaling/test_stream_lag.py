@@ -95,6 +95,26 @@ def test_caught_up_stream_executors_leave_down_to_what_their_work_needs():
     assert HorizontalPolicy(HorizontalScaling()).decide(context(calm, replicas=3)) is None
 
 
+def test_caught_up_executors_reporting_rates_leave_in_one_decision():
+    # a surge's 4 executors of 0.15 core, caught up: each 65% busy, mostly with its own polls and
+    # metrics; they read 3,315 rows/s while their partitions received 1,425. At the surge's peak
+    # they read 18,640 rows/s per busy allotted core (2,796 rows/s an executor)
+    after = dataclasses.replace(snapshot(**{**DRY, "cpu": 0.65}, lag=82), read_rate=3_315.0, source_rate=1_425.0)
+    remembered = dataclasses.replace(
+        context(after, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE), read_capacity=18_640.0
+    )
+    assert math.ceil((1_425 + 82 / CATCH_UP_SECONDS) / (18_640 * 0.15) * 1.05) == 1
+    d = POLICY.decide(remembered)  # the default step would remove one of the four
+    assert d.action == "scale_down" and d.replicas == 1 and "1 can serve it" in d.reason
+    bounded = dataclasses.replace(remembered, allocation=dataclasses.replace(remembered.allocation, min_replicas=2))
+    assert POLICY.decide(bounded).replicas == 2
+    # no busier interval remembered: this one's rate per busy executor (1,275 rows/s) sizes 2
+    assert POLICY.decide(dataclasses.replace(remembered, read_capacity=None)).replicas == 2
+    # the rates ask for all four, the CPU for three: at least one leaves, as without rates
+    busier = dataclasses.replace(after, source_rate=4_000.0)
+    assert POLICY.decide(context(busier, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE)).replicas == 3
+
+
 def test_batch_data_executors_keep_their_rule_without_any_lag():
     d = HorizontalPolicy(HorizontalScaling()).decide(context(snapshot(**DRY), replicas=4))
     assert d.action == "scale_up" and d.replicas == 5
