@@ -14,12 +14,12 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   edge whatever the number of executors; more of them would idle (Ray's autoscaler adds nodes
   for pending demand only). They are sized from the rates they measure (the source's rate and
   backlog over one executor's: ``_sized_by_rates``). Batch data executors keep the rule above.
-  Stream executors caught up
-  with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under ``STREAM_BUSY_CPU`` are removed
-  down to as many as their work needs at that load, at least one per decision (at most ``step``
-  of the pool, unless their rates size it): a source-bound stream never back-pressures the trainer, so the rule below would keep a
-  surge's executors forever; removing one at a time while the rest would idle at half load kept two
-  where one sufficed (the work of 0.7 executor after a surge: 4 -> 3 -> 2, then held);
+  Stream executors caught up with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under
+  ``STREAM_BUSY_CPU`` are removed down to as many as their work needs at that load, at least one
+  per decision (at most ``step`` of the pool, unless their rates size it): a source-bound stream
+  never back-pressures the trainer, so the rule below would keep a surge's executors forever;
+  removing one at a time while the rest would idle at half load kept two where one sufficed (the
+  work of 0.7 executor after a surge: 4 -> 3 -> 2, then held);
 - remove only while the trainers back-pressure (the buffers are full, executors idle) and none
   is starved, at a quarter of the pace of adding (buffers lag the change).
 
@@ -68,8 +68,8 @@ def _sized_by_rates(ctx: PolicyContext) -> int | None:
     pool read ``r`` rows/s at ``busy`` CPU, so one executor reads ``r / (n busy)`` rows/s when fully
     busy (or more: the peak per busy core of the look-back, ``PolicyContext.read_capacity``); the
     source received ``a`` rows/s; the backlog is to be read within ``CATCH_UP_SECONDS``.
-    A measured rate says how many are needed, so the target is bounded by ``max_replicas`` only, not
-    by ``step``, which bounds a change made without one (a pool of 1 at the default step grew by one
+    A measured rate says how many are needed, so the target is bounded by ``min_replicas`` and
+    ``max_replicas`` only (up and down), not by ``step``, which bounds a change made without one (a pool of 1 at the default step grew by one
     executor a decision while a surge left it 10x behind)."""
     s = ctx.snapshot
     if s.read_rate is None or s.source_rate is None or s.stream_lag is None or s.executors <= 0:
