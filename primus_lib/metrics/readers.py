@@ -40,6 +40,13 @@ class Snapshot:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def busy_read_rate(self) -> float | None:
+        """Rows/s one stream executor reads fully busy, from this interval (None: nothing read or reported)."""
+        if not self.read_rate or self.read_rate <= 0 or self.executors <= 0 or self.cpu <= 0:
+            return None
+        return self.read_rate / (self.executors * self.cpu)
+
 
 @dataclass(frozen=True)
 class UsagePoint:

@@ -69,14 +69,13 @@ def _sized_by_rates(ctx: PolicyContext) -> int | None:
     busy (or more: the peak per busy core of the look-back, ``PolicyContext.read_capacity``); the
     source received ``a`` rows/s; the backlog is to be read within ``CATCH_UP_SECONDS``.
     A measured rate says how many are needed, so the target is bounded by ``min_replicas`` and
-    ``max_replicas`` only (up and down), not by ``step``, which bounds a change made without one (a pool of 1 at the default step grew by one
-    executor a decision while a surge left it 10x behind)."""
+    ``max_replicas`` only (up and down), not by ``step``, which bounds a change made without one (a
+    pool of 1 at the default step grew by one executor a decision while a surge left it 10x behind)."""
     s = ctx.snapshot
-    if s.read_rate is None or s.source_rate is None or s.stream_lag is None or s.executors <= 0:
+    busy = s.busy_read_rate
+    if busy is None or s.source_rate is None or s.stream_lag is None:
         return None
-    if s.read_rate <= 0 or s.cpu <= 0:
-        return None
-    per_executor = max(s.read_rate / (s.executors * s.cpu), (ctx.read_capacity or 0.0) * ctx.allocation.cpu)
+    per_executor = max(busy, (ctx.read_capacity or 0.0) * ctx.allocation.cpu)
     return math.ceil((s.source_rate + s.stream_lag / CATCH_UP_SECONDS) / per_executor * (1 + HEADROOM))
 
 

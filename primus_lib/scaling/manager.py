@@ -100,9 +100,9 @@ class ScalingManager:
         the rate per busy core measured now understates what it can read; the peak, from the interval
         it was busiest, understates it least. Per core, so a vertical resize keeps it."""
         rows = [r for r in state.get("read_capacity", []) if r[0] >= now - self.lookback]
-        s = snapshot
-        if s.read_rate and s.executors > 0 and s.cpu > 0 and alloc.cpu > 0:
-            rows.append([now, s.read_rate / (s.executors * s.cpu * alloc.cpu)])
+        busy = snapshot.busy_read_rate
+        if busy is not None and alloc.cpu > 0:
+            rows.append([now, busy / alloc.cpu])
         state["read_capacity"] = rows
         return max((r[1] for r in rows), default=None)
 
