@@ -119,7 +119,8 @@ def write_spec(
         },
         "trainer": {"replicas": 1, "cpu": 1, "memory": "4Gi", "command": train},
     }
-    spec["scaling"] = {
+    spec["scaling"] = {  # decided every SCALE_EVERY (the loop below): the executors report as often as it asks
+        "interval": f"{SCALE_EVERY:g}s",
         "horizontal": {"enabled": True, "threshold": 0.5, "cooldown": f"{cooldown:g}s", "step": step},
         "vertical": {"enabled": False},
     }

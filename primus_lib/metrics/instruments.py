@@ -84,11 +84,12 @@ class ExecutorMetrics:
         self.cpu.set(min(1.0, cores / self.cpu_limit) if self.cpu_limit > 0 else 0.0)
         self.memory.set(min(1.0, rss_bytes / self.memory_limit) if self.memory_limit > 0 else 0.0)
 
-    def observe_process(self) -> None:
-        """This process's CPU since the last call (psutil; children not counted), the RSS of its
-        whole process tree now (``proctree``: /proc, not psutil's scan of every process on the host)."""
-        cores = self._proc.cpu_percent(None) / 100.0
-        self.observe_usage(cores, sum(rss(pid) for pid in tree(self._proc.pid)))
+    def observe_process(self, cores: float | None = None) -> None:
+        """This process's CPU since the last call (psutil; children not counted; ``cores``: measured
+        by the caller over its own span), the RSS of its whole process tree now (``proctree``: /proc,
+        not psutil's scan of every process on the host)."""
+        used = self._proc.cpu_percent(None) / 100.0
+        self.observe_usage(used if cores is None else cores, sum(rss(pid) for pid in tree(self._proc.pid)))
 
     def add_samples(self, count: int) -> None:
         self.samples.inc(count)

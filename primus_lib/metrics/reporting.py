@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -18,12 +19,27 @@ from primus_lib.metrics.instruments import serve, write_snapshot
 from primus_lib.settings import settings
 from primus_lib.storage import Where, locate
 
+if TYPE_CHECKING:
+    from primus_lib.spec import PrimusJob
+
 log = logging.getLogger("primus.metrics")
 
 PORT_ENV = "PRIMUS_METRICS_PORT"  # also serve /metrics on 127.0.0.1:<port + offset>
 SNAPSHOT_EVERY_SECONDS = 5.0
+# a scaling decision reads reports at most this fraction of its interval old (``report_every``)
+REPORTS_PER_DECISION = 12
+MIN_REPORT_EVERY_SECONDS = 1.0
 STALE_SECONDS = 300.0  # TextfileReader's default: older snapshots are a dead worker's last words
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def report_every(job: PrimusJob) -> float:
+    """Seconds between a stream executor's or a trainer's reports: a twelfth of the scaler's interval,
+    within 1-5 s. At the default minute a decision reads reports at most 5 s old; a job deciding every
+    5 s had read them up to 5 s old too, so a surge that began just after a report waited a whole
+    extra interval for its executors (docs/scaling.md)."""
+    interval = job.spec.scaling.interval.total_seconds()
+    return min(SNAPSHOT_EVERY_SECONDS, max(MIN_REPORT_EVERY_SECONDS, interval / REPORTS_PER_DECISION))
 
 
 def snapshot_name(*parts: object) -> str:

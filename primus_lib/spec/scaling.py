@@ -40,4 +40,8 @@ class VerticalScaling(SpecModel):
 class ScalingSpec(SpecModel):
     horizontal: HorizontalScaling = HorizontalScaling()
     vertical: VerticalScaling = VerticalScaling()
-    interval: Duration = Field(timedelta(minutes=1), description="Time between scaling decisions.")
+    interval: Duration = Field(
+        timedelta(minutes=1),
+        description="Time between scaling decisions. Stream executors and trainers report their metrics at "
+        "a twelfth of it, every 1-5 s, so a decision never reads reports older than that.",
+    )

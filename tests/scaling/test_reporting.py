@@ -9,8 +9,9 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 
 from primus_lib.metrics.instruments import TrainerMetrics
-from primus_lib.metrics.reporting import SnapshotWriter, prune_stale, serve_from_env, snapshot_name
+from primus_lib.metrics.reporting import SnapshotWriter, prune_stale, report_every, serve_from_env, snapshot_name
 from tests.fixtures._proc import free_port
+from tests.fixtures.specs import demo_doc, load
 
 
 def test_snapshots_are_throttled_and_names_are_file_safe(tmp_path):
@@ -52,3 +53,16 @@ def test_serve_from_env(monkeypatch):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'primus_trainer_starved_ratio{primus_job="job",role="trainer",worker="0"} 0.5' in body
     assert serve_from_env(registry) is None  # the port is taken: logged, not raised
+
+
+def test_executors_and_trainers_report_at_a_twelfth_of_the_scaling_interval(tmp_path):
+    def every(interval: str | None) -> float:
+        doc = demo_doc(f"file://{tmp_path}")
+        if interval is not None:
+            doc["spec"].setdefault("scaling", {})["interval"] = interval
+        return report_every(load(doc, env={}, storage=tmp_path / "jobs"))
+
+    assert every(None) == 5.0  # the default minute: every 5 s, as before
+    assert every("24s") == 2.0
+    assert every("5s") == 1.0  # never more often than every second
+    assert every("1h") == 5.0  # nor less often than every 5 s

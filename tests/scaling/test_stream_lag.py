@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from primus_lib.data.executor.service_metrics import Rates
+from primus_lib.data.executor.service_metrics import Cores, Rates
 from primus_lib.data.flight_client import ExecutorStreamReader
 from primus_lib.metrics import ExecutorMetrics, TrainerMetrics, write_snapshot
 from primus_lib.metrics import names as n
@@ -81,6 +81,27 @@ def test_an_executor_measures_its_source_over_the_partitions_it_kept():
     assert rates.observe(4_000, {"0": 100, "1": 50}) == (400.0, 0.0)  # it caught up: received under read
     now[0] = 15.0
     assert rates.observe(5_000, {"0": 9_000}) == (200.0, 200.0)  # a rebalance: what was read only
+
+
+def test_an_executor_reporting_every_second_measures_its_rates_and_cpu_over_five():
+    # a job deciding every 5 s: its executors report every second, while each Kafka poll brings a
+    # whole 4,096 rows (one every 2-3 s), so a one-second rate would read 0 or 4,096 rows/s
+    now = [0.0]
+    rates = Rates(clock=lambda: now[0])
+    cpu = [0.0]
+    cores = Cores(clock=lambda: now[0], cpu_seconds=lambda: cpu[0])
+    read = {0: 0, 1: 4_096, 2: 4_096, 3: 8_192, 4: 8_192, 5: 8_192, 6: 12_288}
+    busy = {0: 0.0, 1: 0.15, 2: 0.15, 3: 0.3, 4: 0.3, 5: 0.3, 6: 0.45}  # CPU-seconds: busy while it decodes a poll
+    got = {}
+    for t in range(7):
+        now[0], cpu[0] = float(t), busy[t]
+        got[t] = (rates.observe(read[t], {"0": 1_000 * t}), cores.observe())
+    assert got[0] == (None, None)  # nothing to compare with yet
+    assert got[1] == ((4_096.0, 5_096.0), pytest.approx(0.15))  # a first second: all there is
+    assert got[2][0] == (2_048.0, 3_048.0)  # from the start while under five seconds
+    assert got[5] == ((8_192 / 5, 8_192 / 5 + 1_000), pytest.approx(0.06))  # not the last second's 0
+    # then from the newest observation at least five seconds old (t = 1), not from the start
+    assert got[6] == (((12_288 - 4_096) / 5, (12_288 - 4_096) / 5 + 1_000), pytest.approx(0.06))
 
 
 def test_caught_up_stream_executors_leave_down_to_what_their_work_needs():

@@ -256,8 +256,9 @@ class ExecutorService(ExecutorActions):
     def rows_in(self) -> int:
         return self.buffer.rows_in + (self.lanes.rows_in if self.lanes is not None else 0)
 
-    def report(self, every: float = 5.0) -> threading.Thread:
-        """Write this executor's metrics for the scaler (``service_metrics.py``)."""
+    def report(self, every: float | None = None) -> threading.Thread:
+        """Write this executor's metrics for the scaler (``service_metrics.py``; ``every``: its default
+        follows the scaler's interval)."""
         from primus_lib.data.executor.service_metrics import report
 
         self._reporter = report(self, every)

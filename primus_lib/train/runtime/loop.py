@@ -150,10 +150,16 @@ class Trainer(Checkpointing):
         if not self.options.metrics:
             return None
         try:
+            from primus_lib.metrics.reporting import report_every
             from primus_lib.train.runtime.input_metrics import InputMetrics
 
             return InputMetrics(
-                self.job.name, self.rank, self.registry, self.paths.metrics_dir, self.inputs.queues_full
+                self.job.name,
+                self.rank,
+                self.registry,
+                self.paths.metrics_dir,
+                self.inputs.queues_full,
+                every=report_every(self.job),
             )
         except Exception as exc:  # metrics never stop training
             log.warning("trainer metrics disabled: %s: %s", type(exc).__name__, exc)
