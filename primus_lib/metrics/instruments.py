@@ -88,8 +88,8 @@ class ExecutorMetrics:
         """This process's CPU since the last call (psutil; children not counted; ``cores``: measured
         by the caller over its own span), the RSS of its whole process tree now (``proctree``: /proc,
         not psutil's scan of every process on the host)."""
-        used = self._proc.cpu_percent(None) / 100.0
-        self.observe_usage(used if cores is None else cores, sum(rss(pid) for pid in tree(self._proc.pid)))
+        cores = self._proc.cpu_percent(None) / 100.0 if cores is None else cores
+        self.observe_usage(cores, sum(rss(pid) for pid in tree(self._proc.pid)))
 
     def add_samples(self, count: int) -> None:
         self.samples.inc(count)

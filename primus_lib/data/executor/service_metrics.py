@@ -83,21 +83,25 @@ class Rates:
         return read, max(0.0, read + grew)
 
 
-def _own_cpu_seconds() -> float:
-    times = psutil.Process().cpu_times()
-    return times.user + times.system  # children not counted, as ``ExecutorMetrics.observe_process``
+def _cpu_seconds_of(process: psutil.Process) -> Callable[[], float]:
+    def used() -> float:
+        times = process.cpu_times()
+        return times.user + times.system
+
+    return used
 
 
 class Cores:
-    """Cores busy over about ``span`` seconds (this process's, unless ``cpu_seconds`` says otherwise)."""
+    """Cores busy over about ``span`` seconds (this process's, children not counted as in
+    ``ExecutorMetrics.observe_process``, unless ``cpu_seconds`` says otherwise)."""
 
     def __init__(
         self,
         clock: Callable[[], float] = time.monotonic,
         span: float = SPAN_SECONDS,
-        cpu_seconds: Callable[[], float] = _own_cpu_seconds,
+        cpu_seconds: Callable[[], float] | None = None,
     ) -> None:
-        self.clock, self.cpu_seconds = clock, cpu_seconds
+        self.clock, self.cpu_seconds = clock, cpu_seconds or _cpu_seconds_of(psutil.Process())
         self.seen: Span[float] = Span(span)
 
     def observe(self) -> float | None:
