@@ -192,6 +192,51 @@ def test_lag_is_the_high_watermark_minus_the_position(kafka_broker, tmp_path):
         reader.close()
 
 
+def test_lag_asks_the_broker_twice_for_all_partitions_not_twice_a_partition(kafka_broker, tmp_path, monkeypatch):
+    """An executor reports its lag every second at a short ``scaling.interval``: the ListOffsets
+    requests librdkafka itself counts (its statistics) stay two a call whatever the partitions.
+    Records deleted below the position (retention) and an empty partition read right."""
+    from confluent_kafka import TopicPartition as TP
+    from confluent_kafka.admin import AdminClient
+
+    from primus_lib.data.sources import kafka as kafka_source
+
+    topic = kafka_broker.new_topic(partitions=8)
+    for p in range(7):  # partition 7 stays empty
+        kafka_broker.produce(topic, _values(_events(10 + p, seed=p)), partition=p)
+    stats: list[dict] = []
+
+    def counting(config):
+        return Consumer({**config, "statistics.interval.ms": 100, "stats_cb": lambda s: stats.append(json.loads(s))})
+
+    monkeypatch.setattr(kafka_source, "Consumer", counting)
+    job = _job(tmp_path, kafka_broker, topic, startup="earliest")
+    stream = job.stream("realtime")
+    reader = open_stream(job, stream, stream.sources[0])
+
+    def list_offsets_requests() -> int:
+        stats.clear()
+        deadline = time.monotonic() + 10
+        while len(stats) < 2 and time.monotonic() < deadline:  # the first may have been queued earlier
+            reader.consumer.poll(0.05)  # statistics arrive through the consumer's callbacks
+        assert len(stats) >= 2, "librdkafka sent no statistics"
+        # a report holds the cumulative counts; the bootstrap broker's entry counts too
+        return sum(b["req"].get("ListOffsets", 0) for b in stats[-1]["brokers"].values())
+
+    try:
+        before = list_offsets_requests()
+        for _ in range(5):
+            lags = reader.lag()
+        assert lags == {f"{topic}/{p}": 10 + p for p in range(7)} | {f"{topic}/7": 0}
+        assert list_offsets_requests() - before == 2 * 5  # was 2 x 8 partitions a call
+        admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+        for future in admin.delete_records([TP(topic, 0, 4)]).values():
+            future.result()  # retention removed offsets 0-3 of partition 0, not read yet
+        assert reader.lag()[f"{topic}/0"] == 10 - 4
+    finally:
+        reader.close()
+
+
 def test_connection_settings_from_a_mounted_secret_reach_the_consumer(kafka_broker, tmp_path, monkeypatch):
     """A role process resolves ``kafka.connection_id`` from $PRIMUS_SECRETS_DIR/<id>.json (what the
     Airflow connection holds); here the spec names a dead address and only the connection's

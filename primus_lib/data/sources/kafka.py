@@ -9,7 +9,8 @@ taken before the first message still resumes where the reader began. Offsets are
 auto-committed: ``commit(position)`` is called by the owner once a checkpoint covers the rows
 (and dead letters are flushed before); requests answered with a transient error (coordinator
 moved or loading, leader changing) are asked again. ``lag()`` is Kafka's consumer lag: the high
-watermark minus the position, per partition (asked of the broker); ``at_live_edge()`` says
+watermark minus the position, per partition (asked of the broker, one request per leader for all
+the reader's partitions); ``at_live_edge()`` says
 whether the reader has caught up, from the watermarks of its last fetch responses. Malformed
 messages go to ``<topic>.dlq`` with the reason in a header and are counted.
 """
@@ -22,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from primus_lib.credentials import current
@@ -153,6 +154,16 @@ class KafkaStreamReader(StreamReader):
         low, high = retrying(lambda: self.consumer.get_watermark_offsets(tp, timeout=10))
         return int(low), int(high)
 
+    def _ends(self, end: int, partitions: list[int]) -> dict[int, int]:
+        """Every partition's first offset (``end`` = ``OFFSET_BEGINNING``) or the offset its next
+        message will get (``OFFSET_END``), in one ListOffsets request per leader broker: these are
+        the protocol's earliest and latest sentinel timestamps. ``get_watermark_offsets`` asks two
+        requests of a partition, which the executors' reports (every second at a short
+        ``scaling.interval``) would pay for every partition they serve."""
+        asked = [TopicPartition(self.topic, p, end) for p in partitions]
+        answer = retrying(lambda: _checked(self.consumer.offsets_for_times(asked, timeout=10)))
+        return {tp.partition: int(tp.offset) for tp in answer}
+
     def _start_offsets(self) -> list[TopicPartition]:
         """The first offset to read of every partition, resolved now (never a logical offset)."""
         mode = self.spec.startup
@@ -166,23 +177,26 @@ class KafkaStreamReader(StreamReader):
         else:
             answer = []
         found = {tp.partition: tp.offset for tp in answer}
+        # earliest/latest, no committed offset, or no message at/after the timestamp
+        unresolved = [p for p in self.partitions if found.get(p, -1) < 0]
+        if unresolved:
+            found.update(self._ends(OFFSET_END if mode in ("latest", "timestamp") else OFFSET_BEGINNING, unresolved))
         out = []
         for p in self.partitions:
-            offset = found.get(p, -1)
-            if offset < 0:  # earliest/latest, no committed offset, or no message at/after the timestamp
-                low, high = self._watermarks(p)
-                offset = high if mode in ("latest", "timestamp") else low
+            offset = found[p]
             self._next[partition_key(self.topic, p)] = offset
             out.append(TopicPartition(self.topic, p, offset))
         return out
 
     def lag(self) -> dict[str, int]:
-        """Messages not yet read, per partition: the high watermark minus the position."""
+        """Messages not yet read, per partition: the high watermark minus the position (two
+        requests of the broker for all the reader's partitions)."""
+        lows, highs = self._ends(OFFSET_BEGINNING, self.partitions), self._ends(OFFSET_END, self.partitions)
         lags = {}
         for p in self.partitions:
             key = partition_key(self.topic, p)
-            low, high = self._watermarks(p)
-            lags[key] = max(0, high - max(self._next.get(key, low), low))
+            low = lows[p]
+            lags[key] = max(0, highs[p] - max(self._next.get(key, low), low))
         return lags
 
     def at_live_edge(self) -> bool:
