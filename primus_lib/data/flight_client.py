@@ -138,7 +138,9 @@ class ExecutorStreamReader(StreamReader):
                 log.exception("executor discovery failed")
                 locations = {}
             self._follow_partitions(locations)
-            self._deal(locations)
+            # pullers first: a new executor reads its start-up share from its attach (seek) on, while
+            # the dealing waits for the losers to let go (an executor under a 0.15-core cap took 2-4 s
+            # to reopen its reader, and the added ones sat idle behind it: bench/scaling.py's trace)
             for index, location in locations.items():
                 thread = self._pullers.get(index)
                 if thread is None or not thread.is_alive():
@@ -147,6 +149,7 @@ class ExecutorStreamReader(StreamReader):
                     )
                     self._pullers[index] = thread
                     thread.start()
+            self._deal(locations)
             stop.wait(self.retry)
 
     def _pull(self, index: int, location: str, stop: threading.Event) -> None:
