@@ -153,7 +153,8 @@ class ExecutorActions:
             # a source that gains partitions is read by one reader over the union (its runners reopen
             # where they were): a runner per adoption left a survivor of 4 -> 2 -> 1 with three
             # consumers, each polling at a third of the rate, and ~50% more CPU a row (bench/scaling.py)
-            gaining = {s for s, p in self.all_partitions if self._key((s, p)) in wanted - set(self.keys)}
+            gained = wanted - set(self.keys)
+            gaining = {s for s, p in self.all_partitions if self._key((s, p)) in gained}
             going = [r for r in self.runners if set(r.start) - wanted or r.source in gaining]
             kept: dict[str, int] = {}
             for runner in going:

@@ -148,12 +148,6 @@ class KafkaStreamReader(StreamReader):
             raise KafkaException(f"topic {self.topic!r} not found at {self.bootstrap} ({getattr(meta, 'error', None)})")
         return sorted(meta.partitions)
 
-    def _watermarks(self, partition: int) -> tuple[int, int]:
-        """(low, high): the partition's first offset and the offset the next message will get."""
-        tp = TopicPartition(self.topic, partition)
-        low, high = retrying(lambda: self.consumer.get_watermark_offsets(tp, timeout=10))
-        return int(low), int(high)
-
     def _ends(self, end: int, partitions: list[int]) -> dict[int, int]:
         """Every partition's first offset (``end`` = ``OFFSET_BEGINNING``) or the offset its next
         message will get (``OFFSET_END``), in one ListOffsets request per leader broker: these are
@@ -229,8 +223,8 @@ class KafkaStreamReader(StreamReader):
             return
         added = sorted(set(meta.partitions) - set(self.partitions))
         if added:
-            for p in added:
-                self._next[partition_key(self.topic, p)] = self._watermarks(p)[0]
+            for p, low in self._ends(OFFSET_BEGINNING, added).items():
+                self._next[partition_key(self.topic, p)] = low
             self.partitions = sorted(self.partitions + added)
             self.consumer.assign(
                 [TopicPartition(self.topic, p, self._next[partition_key(self.topic, p)]) for p in self.partitions]
