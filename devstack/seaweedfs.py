@@ -79,6 +79,10 @@ def weed_mini(root: Path, access_key: str, secret_key: str, binary: str, identit
         "-s3.port.lance=0",
         f"-filer.port={filer}",
         f"-filer.port.grpc={filer + 10000}",
+        # a volume a bucket, and mini sizes them (64 MB-1 GB) and their count from the free disk
+        # space: on a disk with 21 GB free, 1 GB volumes left room for ~20 buckets, and the suite's
+        # later uploads to new buckets failed with INTERNAL_FAILURE. 64 MB volumes fit ~300.
+        "-master.volumeSizeLimitMB=64",
         *(f"-{flag}={free_port()}" for flag in _PORT_FLAGS),
     ]
     return WeedMini(args, s3_port, filer, root / "weed.log")
