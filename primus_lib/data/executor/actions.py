@@ -51,6 +51,7 @@ class ActionHost(Protocol):
 
     runners: list[_Runner]
     generation: int
+    opened: int
 
     @property
     def job(self) -> PrimusJob: ...
@@ -89,11 +90,11 @@ class ActionHost(Protocol):
         self,
         pairs: list[tuple[int, int]],
         position: dict[str, int],
-        kept: dict[str, int] | None = None,
         new: Iterable[str] = frozenset(),
     ) -> list[_Runner]: ...
+    def _repartition(self, runner: _Runner, mine: list[int], position: dict[str, int], new: Iterable[str]) -> None: ...
     def _spawn(self, runner: _Runner) -> None: ...
-    def _committed(self, reader: KafkaStreamReader) -> dict[str, int]: ...
+    def _committed(self, reader: KafkaStreamReader, partitions: list[int] | None = None) -> dict[str, int]: ...
     def _learn(self, pairs: list[tuple[int, int]]) -> list[str]: ...
     def _ack(self, body: dict) -> dict: ...
     def _position(self) -> dict[str, int]: ...
@@ -138,9 +139,10 @@ class ExecutorActions:
             }
 
     def _assign(self: ActionHost, body: dict) -> dict:
-        """Serve exactly ``partitions``: stop the runners of partitions no longer wanted (their
-        waiting rows are dropped; kept partitions reopen where they were), open the new ones at
-        ``position`` (the reader's marks) or the committed offsets, one reader a source."""
+        """Serve exactly ``partitions``: a source's reader that keeps some of its partitions is
+        repartitioned in place (kept ones continue where they were, the waiting rows of lost ones
+        are dropped), one that keeps none is closed, a source not read yet gets a reader; new
+        partitions start at ``position`` (the reader's marks) or the committed offsets."""
         wanted = {str(k) for k in body.get("partitions") or []}
         if wanted - set(self.all_keys):  # added to a topic since this executor last looked
             self._learn(stream_partitions(self.job, self.stream_name))
@@ -150,26 +152,27 @@ class ExecutorActions:
         with self._admin:
             if wanted == set(self.keys):
                 return {"partitions": self.keys, "dropped": 0}
-            # a source that gains partitions is read by one reader over the union (its runners reopen
-            # where they were): a runner per adoption left a survivor of 4 -> 2 -> 1 with three
-            # consumers, each polling at a third of the rate, and ~50% more CPU a row (bench/scaling.py)
-            gained = wanted - set(self.keys)
-            gaining = {s for s, p in self.all_partitions if self._key((s, p)) in gained}
-            going = [r for r in self.runners if set(r.start) - wanted or r.source in gaining]
-            kept: dict[str, int] = {}
-            for runner in going:
-                runner.stopped.set()
-                if runner.thread is not None:
-                    runner.thread.join(5)
-                with runner.lock:  # a batch polled but not put is gone: kept partitions resume past the buffer
-                    kept.update({k: v for k, v in runner.delivered.items() if k in wanted})
-                    runner.reader.close()
-                self.runners.remove(runner)
-            gone = {k for r in going for k in r.start} - wanted
+            position, new = _position_of(body), {str(k) for k in body.get("new") or []}
+            # a consumer a source, kept across assigns: reopening one costs a consumer's start
+            # (connections, metadata, offsets), seconds at a 0.15-core allotment (bench/scaling.py)
+            mine: dict[int, list[int]] = {}
+            for source, partition in self.all_partitions:
+                if self._key((source, partition)) in wanted:
+                    mine.setdefault(source, []).append(partition)
+            gone = set(self.keys) - wanted
+            for runner in list(self.runners):
+                partitions = mine.pop(runner.source, [])
+                if not partitions:
+                    runner.stopped.set()
+                    if runner.thread is not None:
+                        runner.thread.join(5)
+                    with runner.lock:
+                        runner.reader.close()
+                    self.runners.remove(runner)
+                elif {self._key((runner.source, p)) for p in partitions} != set(runner.start):
+                    self._repartition(runner, partitions, position, new)
             dropped = (self.buffer.drop(gone) + (self.lanes.drop(gone) if self.lanes else 0)) if gone else 0
-            served = set(self.keys)
-            pairs = [pair for pair in self.all_partitions if self._key(pair) in wanted - served]
-            runners = self._open(pairs, _position_of(body), kept, {str(k) for k in body.get("new") or []})
+            runners = self._open([(s, p) for s, ps in mine.items() for p in ps], position, new=new)
             self.runners += runners
             for runner in runners:
                 self._spawn(runner)
@@ -217,6 +220,7 @@ class ExecutorActions:
             "mode": self.mode,
             "partitions": self.keys,
             "readers": len(self.runners),  # Kafka consumers: one a source
+            "opened": self.opened,  # consumers opened since start (an assign keeps a source's)
             "position": self._position(),
             "committed": dict(self.committed),
             "rows": self.filled,

@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,19 @@ class _Runner:
     thread: threading.Thread | None = None
     rows: int = 0
     errors: int = 0
+    epoch: int = 0  # bumped when its partitions change: a batch polled before is not put
+    steering: threading.Event = field(default_factory=threading.Event)  # an action waits for the lock
+
+    @contextmanager
+    def steered(self) -> Iterator[None]:
+        """The runner's lock for an action: its loop, which takes the lock again as soon as a poll
+        returns, lets the action have it first (a plain lock would let the loop win for several polls)."""
+        self.steering.set()
+        try:
+            with self.lock:
+                yield
+        finally:
+            self.steering.clear()
 
 
 class ExecutorService(ExecutorActions):
@@ -100,6 +114,7 @@ class ExecutorService(ExecutorActions):
         self.buffer = LeasedBuffer(capacity_rows, lease)
         self.lanes = Lanes(capacity_rows, seed=index, hold=lease) if self.mode == "rebalance" else None  # per rank
         self.runners: list[_Runner] = []
+        self.opened = 0  # Kafka consumers opened since start (stats)
         self._admin = threading.RLock()  # actions that change or walk the runners
         try:
             self.runners += self._open(self.partitions, {})
@@ -151,37 +166,63 @@ class ExecutorService(ExecutorActions):
         self,
         pairs: list[tuple[int, int]],
         position: dict[str, int],
-        kept: dict[str, int] | None = None,
         new: Iterable[str] = frozenset(),
     ) -> list[_Runner]:
-        """One reader per source over ``pairs``: ``kept`` ones where they were, the others at
-        ``position`` / the committed offsets / startup (rebalance: no later than any lane needs);
-        startup of a partition added while running (``new``, ``_added``) is its first offset."""
-        runners, kept, new = [], kept or {}, set(new) | self._added
+        """One reader per source over ``pairs``, each partition at ``position`` / the committed
+        offsets / startup (rebalance: no later than any lane needs); startup of a partition added
+        while running (``new``, ``_added``) is its first offset."""
+        runners, new = [], set(new) | self._added
         for i, source in enumerate(self.spec.sources):
             mine = [p for s, p in pairs if s == i]
             if mine:
                 reader = KafkaStreamReader(self.job, self.spec, source, partitions=mine)
-                start = reader.position()
-                for p in mine:
-                    if partition_key(reader.topic, p) in new:
-                        start[partition_key(reader.topic, p)] = first_offset(reader.consumer, reader.topic, p)
+                self.opened += 1
+                start = self._first_of_added(reader, reader.position(), new)
                 runners.append(_Runner(reader, start, i))
-                base = {**runners[-1].start, **self._committed(reader)}
-                target = {k: position.get(k, v) for k, v in base.items()}
-                if self.lanes is not None:
-                    target = {k: min(v, self.lanes.start_of(k, base[k])) for k, v in target.items()}
-                reader.seek({**target, **{k: v for k, v in kept.items() if k in base}})
+                reader.seek(self._targets(reader, start, position, {}))
         return runners
+
+    def _repartition(self, runner: _Runner, mine: list[int], position: dict[str, int], new: Iterable[str]) -> None:
+        """``runner`` reads exactly ``mine`` of its source from now on, on its own consumer: kept
+        partitions resume where it left them (``delivered``), gained ones as ``_open`` starts them."""
+        reader, new = runner.reader, set(new) | self._added
+        with runner.steered():
+            runner.epoch += 1
+            keys = {partition_key(reader.topic, p) for p in mine}
+            kept = {k: v for k, v in runner.delivered.items() if k in keys}
+            gained = [p for p in mine if partition_key(reader.topic, p) not in runner.start]
+            found = {partition_key(reader.topic, p): o for p, o in reader.startup_offsets(gained).items()}
+            start = {**{k: v for k, v in runner.start.items() if k in keys}, **self._first_of_added(reader, found, new)}
+            reader.reassign(self._targets(reader, start, position, kept))
+            runner.start, runner.delivered = start, kept
+
+    @staticmethod
+    def _first_of_added(reader: KafkaStreamReader, start: dict[str, int], new: set[str]) -> dict[str, int]:
+        """``start`` with a partition added to the topic while running started at its first offset."""
+        return {
+            k: first_offset(reader.consumer, reader.topic, int(k.rpartition("/")[2])) if k in new else v
+            for k, v in start.items()
+        }
+
+    def _targets(
+        self, reader: KafkaStreamReader, start: dict[str, int], position: dict[str, int], kept: dict[str, int]
+    ) -> dict[str, int]:
+        """Where to read each partition of ``start``: ``kept``, else ``position``, else the group's
+        committed offset, else ``start`` (rebalance: no later than any lane still needs)."""
+        base = {**start, **self._committed(reader, [int(k.rpartition("/")[2]) for k in start])}
+        target = {k: position.get(k, v) for k, v in base.items()}
+        if self.lanes is not None:
+            target = {k: min(v, self.lanes.start_of(k, base[k])) for k, v in target.items()}
+        return {**target, **{k: v for k, v in kept.items() if k in base}}
 
     def _spawn(self, runner: _Runner) -> None:
         runner.thread = threading.Thread(target=self._run, args=(runner,), name="executor-runner", daemon=True)
         runner.thread.start()
 
     @staticmethod
-    def _committed(reader: KafkaStreamReader) -> dict[str, int]:
-        """The group's committed offsets of the reader's partitions (those it has)."""
-        asked = [TopicPartition(reader.topic, p) for p in reader.partitions]
+    def _committed(reader: KafkaStreamReader, partitions: list[int] | None = None) -> dict[str, int]:
+        """The group's committed offsets of ``partitions`` (default: the reader's), those it has."""
+        asked = [TopicPartition(reader.topic, p) for p in (reader.partitions if partitions is None else partitions)]
         answer = retrying(lambda: reader.consumer.committed(asked, timeout=10))
         return {partition_key(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
 
@@ -198,9 +239,12 @@ class ExecutorService(ExecutorActions):
             if self._stop.is_set():
                 return
         while not self._stop.is_set() and not runner.stopped.is_set():
+            if runner.steering.is_set():  # an action is waiting for the lock
+                time.sleep(0.001)
+                continue
             try:
                 with runner.lock:
-                    generation = self.generation
+                    generation, epoch = self.generation, runner.epoch
                     batch = runner.reader.poll(self.poll_rows, 0.2)
                     offsets = runner.reader.last_offsets
                 if len(runner.reader.listed) > sum(s == runner.source for s, _ in self.all_partitions):
@@ -210,8 +254,8 @@ class ExecutorService(ExecutorActions):
                 pieces = [(-1, (batch, *offsets))] if self.lanes is None else self.lanes.split(batch, *offsets)
                 while pieces and not self._stop.is_set() and not runner.stopped.is_set():  # full: no polling
                     with runner.lock:
-                        if generation != self.generation:
-                            break  # a seek rewound the reader: this batch is stale
+                        if generation != self.generation or epoch != runner.epoch:
+                            break  # a seek rewound the reader, or its partitions changed: this batch is stale
                         if self._put(*pieces[0]):
                             pieces.pop(0)
                             if not pieces:  # all of it in: kept partitions may resume past it

@@ -160,27 +160,49 @@ class KafkaStreamReader(StreamReader):
 
     def _start_offsets(self) -> list[TopicPartition]:
         """The first offset to read of every partition, resolved now (never a logical offset)."""
+        found = self.startup_offsets(self.partitions)
+        out = []
+        for p in self.partitions:
+            self._next[partition_key(self.topic, p)] = found[p]
+            out.append(TopicPartition(self.topic, p, found[p]))
+        return out
+
+    def startup_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """Where the spec's start-up mode starts each of ``partitions``, resolved now."""
         mode = self.spec.startup
+        if not partitions:
+            return {}
         if mode == "timestamp":
             ms = epoch_ms(self.spec.startup_timestamp)  # type: ignore[arg-type]
-            asked = [TopicPartition(self.topic, p, ms) for p in self.partitions]
+            asked = [TopicPartition(self.topic, p, ms) for p in partitions]
             answer = retrying(lambda: _checked(self.consumer.offsets_for_times(asked, timeout=10)))
         elif mode == "group_offsets":
-            asked = [TopicPartition(self.topic, p) for p in self.partitions]
+            asked = [TopicPartition(self.topic, p) for p in partitions]
             answer = retrying(lambda: _checked(self.consumer.committed(asked, timeout=10)))
         else:
             answer = []
-        found = {tp.partition: tp.offset for tp in answer}
+        found = {tp.partition: int(tp.offset) for tp in answer}
         # earliest/latest, no committed offset, or no message at/after the timestamp
-        unresolved = [p for p in self.partitions if found.get(p, -1) < 0]
+        unresolved = [p for p in partitions if found.get(p, -1) < 0]
         if unresolved:
             found.update(self._ends(OFFSET_END if mode in ("latest", "timestamp") else OFFSET_BEGINNING, unresolved))
-        out = []
-        for p in self.partitions:
-            offset = found[p]
-            self._next[partition_key(self.topic, p)] = offset
-            out.append(TopicPartition(self.topic, p, offset))
-        return out
+        return {p: found[p] for p in partitions}
+
+    def reassign(self, position: Position) -> None:
+        """Read exactly the partitions ``position`` names from now on, each from its offset there,
+        on this consumer: a partition dropped is no longer fetched (nothing of it is returned
+        after this call), one added is fetched from its offset. Closing the reader and opening
+        another costs a consumer's start (its connections, metadata and offset requests): seconds
+        on an executor's fractional CPU allotment, at every scale-up and scale-down."""
+        wanted = {}
+        for key, offset in position.items():
+            topic, _, part = key.rpartition("/")
+            if topic != self.topic or int(offset) < 0:
+                raise ValueError(f"kafka {self.topic}: cannot read {key} from offset {offset}")
+            wanted[int(part)] = int(offset)
+        self.partitions = sorted(wanted)
+        self._next = {partition_key(self.topic, p): wanted[p] for p in self.partitions}
+        self.consumer.assign([TopicPartition(self.topic, p, wanted[p]) for p in self.partitions])
 
     def lag(self) -> dict[str, int]:
         """Messages not yet read, per partition: the high watermark minus the position (two
@@ -246,6 +268,8 @@ class KafkaStreamReader(StreamReader):
             if topic is None or partition is None or offset is None:  # unset only on error events
                 raise RuntimeError(f"kafka {self.topic}: a fetched message without topic, partition or offset")
             key = partition_key(topic, partition)
+            if key not in self._next:  # fetched before a reassign dropped its partition
+                continue
             values.append(msg.value() or b"")
             keys.append(key)
             offsets.append(offset)
