@@ -153,8 +153,8 @@ class ExecutorActions:
             if wanted == set(self.keys):
                 return {"partitions": self.keys, "dropped": 0}
             position, new = _position_of(body), {str(k) for k in body.get("new") or []}
-            # a consumer a source, kept across assigns: reopening one costs a consumer's start
-            # (connections, metadata, offsets), seconds at a 0.15-core allotment (bench/scaling.py)
+            # a consumer a source, kept across assigns: reopening one cost a consumer's start
+            # (connections, metadata, offset requests) and its kept partitions' place (docs/data.md)
             mine: dict[int, list[int]] = {}
             for source, partition in self.all_partitions:
                 if self._key((source, partition)) in wanted:

@@ -192,8 +192,8 @@ class KafkaStreamReader(StreamReader):
         """Read exactly the partitions ``position`` names from now on, each from its offset there,
         on this consumer: a partition dropped is no longer fetched (nothing of it is returned
         after this call), one added is fetched from its offset. Closing the reader and opening
-        another costs a consumer's start (its connections, metadata and offset requests): seconds
-        on an executor's fractional CPU allotment, at every scale-up and scale-down."""
+        another costs a consumer's start (its connections, metadata and offset requests: 8-12 ms
+        of CPU against 1-2 ms to drop two partitions, docs/data.md) at every scale event."""
         wanted = {}
         for key, offset in position.items():
             topic, _, part = key.rpartition("/")
