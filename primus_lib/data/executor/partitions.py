@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from primus_lib.data.sources.kafka import client_config, retrying
 from primus_lib.spec.job import PrimusJob
@@ -46,10 +46,3 @@ def owned(partitions: list[tuple[int, int]], index: int, replicas: int) -> list[
     if not 0 <= index < replicas:
         raise ValueError(f"executor index {index} out of range for {replicas} replicas")
     return partitions[index::replicas]
-
-
-def first_offset(consumer: Consumer, topic: str, partition: int) -> int:
-    """The partition's low watermark: where a partition added while the job runs is read from
-    (everything it holds is new, whatever the start-up mode)."""
-    low, _ = retrying(lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10))
-    return int(low)

@@ -41,7 +41,7 @@ from primus_lib.data.buffer import BufferClosed, past
 from primus_lib.data.executor.actions import ActionHost, ExecutorActions
 from primus_lib.data.executor.lanes import Lanes
 from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
-from primus_lib.data.executor.partitions import first_offset, in_order, owned, stream_partitions
+from primus_lib.data.executor.partitions import in_order, owned, stream_partitions
 from primus_lib.data.flight import Action, BufferFlightServer
 from primus_lib.data.flight_auth import Credential, credential_for
 from primus_lib.data.schema import job_keys, sample_schema
@@ -199,10 +199,8 @@ class ExecutorService(ExecutorActions):
     @staticmethod
     def _first_of_added(reader: KafkaStreamReader, start: dict[str, int], new: set[str]) -> dict[str, int]:
         """``start`` with a partition added to the topic while running started at its first offset."""
-        return {
-            k: first_offset(reader.consumer, reader.topic, int(k.rpartition("/")[2])) if k in new else v
-            for k, v in start.items()
-        }
+        added = reader.first_offsets([int(k.rpartition("/")[2]) for k in start if k in new])
+        return {k: added[int(k.rpartition("/")[2])] if k in new else v for k, v in start.items()}
 
     def _targets(
         self, reader: KafkaStreamReader, start: dict[str, int], position: dict[str, int], kept: dict[str, int]

@@ -158,6 +158,10 @@ class KafkaStreamReader(StreamReader):
         answer = retrying(lambda: _checked(self.consumer.offsets_for_times(asked, timeout=10)))
         return {tp.partition: int(tp.offset) for tp in answer}
 
+    def first_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """Each partition's first offset (its low watermark), in one request per leader broker."""
+        return self._ends(OFFSET_BEGINNING, partitions) if partitions else {}
+
     def _start_offsets(self) -> list[TopicPartition]:
         """The first offset to read of every partition, resolved now (never a logical offset)."""
         found = self.startup_offsets(self.partitions)
