@@ -251,6 +251,9 @@ class ExecutorService(ExecutorActions):
                     continue
                 pieces = [(-1, (batch, *offsets))] if self.lanes is None else self.lanes.split(batch, *offsets)
                 while pieces and not self._stop.is_set() and not runner.stopped.is_set():  # full: no polling
+                    if runner.steering.is_set():  # a full buffer's puts would keep an action waiting
+                        time.sleep(0.001)
+                        continue
                     with runner.lock:
                         if generation != self.generation or epoch != runner.epoch:
                             break  # a seek rewound the reader, or its partitions changed: this batch is stale
