@@ -139,8 +139,8 @@ class ExecutorStreamReader(StreamReader):
                 locations = {}
             self._follow_partitions(locations)
             # pullers first: a new executor reads its start-up share from its attach (seek) on, while
-            # the dealing waits for the losers to let go (an executor under a 0.15-core cap took 2-4 s
-            # to reopen its reader, and the added ones sat idle behind it: bench/scaling.py's trace)
+            # the dealing waits for the losers' assigns (dealt first, the added executors sat idle
+            # 2-4 s under a 0.15-core cap: bench/scaling.py's trace, docs/scaling.md)
             for index, location in locations.items():
                 thread = self._pullers.get(index)
                 if thread is None or not thread.is_alive():

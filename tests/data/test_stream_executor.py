@@ -177,7 +177,7 @@ def test_a_dead_executors_partitions_move_to_the_other_and_back(kafka_broker, tm
         stats = reader.executor_stats()
         assert set(stats[0]["partitions"]) == everything
         assert stats[0]["readers"] == 1  # the adopted partitions joined its reader (was a second consumer)
-        assert stats[0]["opened"] == 1  # on its consumer: no reopen (a consumer's start, seconds on 0.15 core)
+        assert stats[0]["opened"] == 1  # on its consumer: no reopen (a consumer's start, docs/data.md)
         reader.commit(reader.position())  # the new owner commits the partitions it took over too
         assert (
             _committed(kafka_broker, topic, f"g-{topic}", 4)

@@ -177,7 +177,10 @@ class ExecutorService(ExecutorActions):
             if mine:
                 reader = KafkaStreamReader(self.job, self.spec, source, partitions=mine)
                 self.opened += 1
-                start = self._first_of_added(reader, reader.position(), new)
+                start = {  # its start-up offsets were resolved as it opened: only added partitions to ask
+                    **reader.position(),
+                    **self._starts(reader, [p for p in mine if self._key((i, p)) in new], new),
+                }
                 runners.append(_Runner(reader, start, i))
                 reader.seek(self._targets(reader, start, position, {}))
         return runners
@@ -191,16 +194,17 @@ class ExecutorService(ExecutorActions):
             keys = {partition_key(reader.topic, p) for p in mine}
             kept = {k: v for k, v in runner.delivered.items() if k in keys}
             gained = [p for p in mine if partition_key(reader.topic, p) not in runner.start]
-            found = {partition_key(reader.topic, p): o for p, o in reader.startup_offsets(gained).items()}
-            start = {**{k: v for k, v in runner.start.items() if k in keys}, **self._first_of_added(reader, found, new)}
+            start = {**{k: v for k, v in runner.start.items() if k in keys}, **self._starts(reader, gained, new)}
             reader.reassign(self._targets(reader, start, position, kept))
             runner.start, runner.delivered = start, kept
 
     @staticmethod
-    def _first_of_added(reader: KafkaStreamReader, start: dict[str, int], new: set[str]) -> dict[str, int]:
-        """``start`` with a partition added to the topic while running started at its first offset."""
-        added = reader.first_offsets([int(k.rpartition("/")[2]) for k in start if k in new])
-        return {k: added[int(k.rpartition("/")[2])] if k in new else v for k, v in start.items()}
+    def _starts(reader: KafkaStreamReader, partitions: list[int], new: set[str]) -> dict[str, int]:
+        """Where each of ``partitions`` starts where the group committed nothing: one added to the
+        topic while running (``new``) at its first offset, the others by the spec's start-up mode."""
+        added = [p for p in partitions if partition_key(reader.topic, p) in new]
+        found = {**reader.startup_offsets([p for p in partitions if p not in added]), **reader.first_offsets(added)}
+        return {partition_key(reader.topic, p): found[p] for p in partitions}
 
     def _targets(
         self, reader: KafkaStreamReader, start: dict[str, int], position: dict[str, int], kept: dict[str, int]

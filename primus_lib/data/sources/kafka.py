@@ -249,7 +249,7 @@ class KafkaStreamReader(StreamReader):
             return
         added = sorted(set(meta.partitions) - set(self.partitions))
         if added:
-            for p, low in self._ends(OFFSET_BEGINNING, added).items():
+            for p, low in self.first_offsets(added).items():
                 self._next[partition_key(self.topic, p)] = low
             self.partitions = sorted(self.partitions + added)
             self.consumer.assign(
