@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Protocol
 
 from primus_lib.data.executor.partitions import stream_partitions
@@ -108,9 +109,9 @@ class ExecutorActions:
         what they still need)."""
         position, lane, lanes = _position_of(body), int(body.get("lane", 0)), int(body.get("lanes", 1))
         with self._admin:
-            for runner in self.runners:
-                runner.lock.acquire()
-            try:
+            with ExitStack() as held:
+                for runner in self.runners:  # each loop lets the seek have its lock before its next poll
+                    held.enter_context(runner.steered())
                 self.generation += 1
                 dropped = self.buffer.clear()
                 if self.lanes is not None:
@@ -126,9 +127,6 @@ class ExecutorActions:
                         )
                     runner.reader.seek(target)
                     runner.delivered.clear()
-            finally:
-                for runner in self.runners:
-                    runner.lock.release()
             self._attached.set()
             return {
                 "position": self._position(),
@@ -204,7 +202,7 @@ class ExecutorActions:
             for runner in self.runners:
                 theirs = {k: v for k, v in position.items() if k in runner.start}
                 if theirs:
-                    with runner.lock:
+                    with runner.steered():
                         runner.reader.commit(theirs)
                     done.update(theirs)
         self.committed.update(done)
@@ -235,7 +233,7 @@ class ExecutorActions:
         out: dict[str, int] = {}
         with self._admin:
             for runner in self.runners:
-                with runner.lock:
+                with runner.steered():
                     out.update(runner.reader.lag())
         return {"lag": out}
 
