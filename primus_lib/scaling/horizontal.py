@@ -15,8 +15,9 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   for pending demand only). They are sized from the rates they measure (the source's rate and
   backlog over one executor's: ``_sized_by_rates``). Batch data executors keep the rule above.
   Stream executors caught up with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under
-  ``STREAM_BUSY_CPU`` are removed down to as many as their work needs at that load, at least one
-  per decision (at most ``step`` of the pool, unless their rates size it): a source-bound stream
+  ``STREAM_BUSY_CPU`` (or busier, where their rates size fewer) are removed down to as many as
+  their work needs at that load, at least one per decision (at most ``step`` of the pool, unless
+  their rates size it): a source-bound stream
   never back-pressures the trainer, so the rule below would keep a surge's executors forever;
   removing one at a time while the rest would idle at half load kept two where one sufficed (the
   work of 0.7 executor after a surge: 4 -> 3 -> 2, then held);
@@ -62,7 +63,7 @@ STREAM_SATURATED_CPU = 0.9
 CATCH_UP_SECONDS = 300.0
 
 
-def _sized_by_rates(ctx: PolicyContext) -> int | None:
+def _sized_by_rates(ctx: PolicyContext, remembered: bool = True) -> int | None:
     """Stream executors for the source's rate plus its backlog, from the rates the executors measure
     over their reporting interval (None: not reported), as Flink's autoscaler sizes a source: the
     pool read ``r`` rows/s at ``busy`` CPU, so one executor reads ``r / (n busy)`` rows/s when fully
@@ -70,12 +71,14 @@ def _sized_by_rates(ctx: PolicyContext) -> int | None:
     source received ``a`` rows/s; the backlog is to be read within ``CATCH_UP_SECONDS``.
     A measured rate says how many are needed, so the target is bounded by ``min_replicas`` and
     ``max_replicas`` only (up and down), not by ``step``, which bounds a change made without one (a
-    pool of 1 at the default step grew by one executor a decision while a surge left it 10x behind)."""
+    pool of 1 at the default step grew by one executor a decision while a surge left it 10x behind).
+    ``remembered=False``: from this interval's rate alone, not the look-back's peak."""
     s = ctx.snapshot
     busy = s.busy_read_rate
     if busy is None or s.source_rate is None or s.stream_lag is None:
         return None
-    per_executor = max(busy, (ctx.read_capacity or 0.0) * ctx.allocation.cpu)
+    peak = (ctx.read_capacity or 0.0) * ctx.allocation.cpu if remembered else 0.0
+    per_executor = max(busy, peak)
     return math.ceil((s.source_rate + s.stream_lag / CATCH_UP_SECONDS) / per_executor * (1 + HEADROOM))
 
 
@@ -116,18 +119,21 @@ class HorizontalPolicy(ScalingPolicy):
         lag, which adds them back. Executors that report their rates go down to what the rates size
         (``_sized_by_rates``) in one decision, as they came: by CPU alone, one a decision, a surge's
         pool of 4 took three cooldowns to drain while its fixed costs kept each 0.15-core executor
-        66-83% busy. Without rates at most ``step`` of the pool."""
+        66-83% busy. Without rates at most ``step`` of the pool.
+
+        A pool at least ``STREAM_BUSY_CPU`` busy leaves only where this interval's rates size fewer
+        (not the look-back's peak, which a busy pool is not reaching): one that has just read its
+        backlog was busy over the interval it reports, yet its rates carry that (the pool read ``r``
+        at that CPU); gated on the CPU alone, a surge's pool that had caught up (2,360 rows behind,
+        95% busy) stayed a whole cooldown longer."""
         s, a = ctx.snapshot, ctx.allocation
-        if (
-            a.role != STREAM_ROLE
-            or s.stream_lag is None
-            or s.stream_lag >= STREAM_LAG_MIN_ROWS
-            or self._starting(ctx)
-            or s.cpu >= STREAM_BUSY_CPU
-        ):
+        if a.role != STREAM_ROLE or s.stream_lag is None or s.stream_lag >= STREAM_LAG_MIN_ROWS or self._starting(ctx):
             return 0
-        keep = min(a.replicas - 1, math.ceil(s.cpu * a.replicas / STREAM_BUSY_CPU - 1e-9))
-        sized = _sized_by_rates(ctx)
+        busy = s.cpu >= STREAM_BUSY_CPU
+        sized = _sized_by_rates(ctx, remembered=not busy)
+        if busy and sized is None:
+            return 0
+        keep = a.replicas if busy else min(a.replicas - 1, math.ceil(s.cpu * a.replicas / STREAM_BUSY_CPU - 1e-9))
         if sized is not None:
             return max(0, a.replicas - max(a.min_replicas, min(keep, sized)))
         keep = max(a.min_replicas, keep)
@@ -221,9 +227,11 @@ class HorizontalPolicy(ScalingPolicy):
         surplus = self._surplus_at_source(ctx)
         if surplus:
             target = alloc.replicas - surplus
+            s = ctx.snapshot
+            why = "their rates" if s.cpu >= STREAM_BUSY_CPU else f"under {STREAM_BUSY_CPU:.0%}"
             reason = (
-                f"stream executors caught up with Kafka ({ctx.snapshot.stream_lag:.0f} rows behind) at "
-                f"{ctx.snapshot.cpu:.0%} CPU, under {STREAM_BUSY_CPU:.0%}: {target} can serve it"
+                f"stream executors caught up with Kafka ({s.stream_lag:.0f} rows behind) at "
+                f"{s.cpu:.0%} CPU, {why}: {target} can serve it"
             )
             return Decision(
                 self.name, "scale_down", alloc.role, replicas=target, reason=reason, inputs=inputs, at=ctx.now

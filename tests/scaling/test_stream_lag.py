@@ -136,6 +136,31 @@ def test_caught_up_executors_reporting_rates_leave_in_one_decision():
     assert POLICY.decide(context(busier, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE)).replicas == 3
 
 
+def test_a_pool_that_has_just_read_its_backlog_leaves_by_its_rates_however_busy_it_was():
+    # bench/scaling.py, the tick 20 s after a surge's scale-up: 4 executors of 0.15 core had read
+    # their backlog (2,360 rows behind) at 95% CPU over the interval, 7,228 rows/s read while their
+    # partitions received 1,485 (the surge had ended): one reads 1,898 rows/s fully busy
+    drained = dataclasses.replace(
+        snapshot(**{**DRY, "cpu": 0.952}, lag=2_360, executors=4), read_rate=7_228.0, source_rate=1_485.0
+    )
+    assert math.ceil((1_485 + 2_360 / CATCH_UP_SECONDS) / (7_228 / (4 * 0.952)) * 1.05) == 1
+    d = POLICY.decide(context(drained, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE))
+    assert (d.action, d.replicas) == ("scale_down", 1) and "95% CPU, their rates: 1 can serve it" in d.reason
+    # as busy at a steady rate (read about what was received): the rates want all four, so all stay
+    steady = dataclasses.replace(drained, read_rate=6_800.0, source_rate=7_000.0, stream_lag=300)
+    assert POLICY.decide(context(steady, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE)) is None
+    # busy and caught up at a steady rate, with a busier interval remembered (2,796 rows/s an
+    # executor at a surge's peak): that peak, which these executors are not reaching, removes none
+    remembered = dataclasses.replace(
+        context(steady, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE), read_capacity=18_640.0
+    )
+    assert math.ceil(7_000 / (18_640 * 0.15) * 1.05) == 3
+    assert POLICY.decide(remembered) is None
+    # as busy without rates (an older executor): nothing says fewer would do
+    unmeasured = dataclasses.replace(drained, read_rate=None, source_rate=None)
+    assert POLICY.decide(context(unmeasured, replicas=4, cpu=0.15, hi=4, role=STREAM_ROLE)) is None
+
+
 def test_batch_data_executors_keep_their_rule_without_any_lag():
     d = HorizontalPolicy(HorizontalScaling()).decide(context(snapshot(**DRY), replicas=4))
     assert d.action == "scale_up" and d.replicas == 5
