@@ -125,7 +125,7 @@ class HorizontalPolicy(ScalingPolicy):
         (not the look-back's peak, which a busy pool is not reaching): one that has just read its
         backlog was busy over the interval it reports, yet its rates carry that (the pool read ``r``
         at that CPU); gated on the CPU alone, a surge's pool that had caught up (2,360 rows behind,
-        95% busy) stayed a whole cooldown longer."""
+        95% busy) stayed until the scaler's next tick."""
         s, a = ctx.snapshot, ctx.allocation
         if a.role != STREAM_ROLE or s.stream_lag is None or s.stream_lag >= STREAM_LAG_MIN_ROWS or self._starting(ctx):
             return 0
