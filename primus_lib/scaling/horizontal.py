@@ -17,8 +17,8 @@ Two guards the paper leaves implicit, both read directly from the trainers:
   Stream executors caught up with the source (lag under ``STREAM_LAG_MIN_ROWS``) and under
   ``STREAM_BUSY_CPU`` (or busier, where their rates size fewer) are removed down to as many as
   their work needs at that load, at least one per decision (at most ``step`` of the pool, unless
-  their rates size it): a source-bound stream
-  never back-pressures the trainer, so the rule below would keep a surge's executors forever;
+  their rates size it): a source-bound stream never back-pressures the trainer, so the rule below
+  would keep a surge's executors forever;
   removing one at a time while the rest would idle at half load kept two where one sufficed (the
   work of 0.7 executor after a surge: 4 -> 3 -> 2, then held);
 - remove only while the trainers back-pressure (the buffers are full, executors idle) and none
