@@ -8,7 +8,8 @@ the same steady state (1,100,000 rows recorded into a record of 1,000,000; a lon
 after its first million stream rows) and get the same minibatches, as Arrow string columns of
 14-character ids (the datagen's).
 - ours: ``row_keys`` hashes the column to 64-bit keys in numpy (in the trainer, on the prefetch
-  thread), ``StreamedRows`` puts and pops them a minibatch at a time (``key_table.py``);
+  thread), ``StreamedRows`` puts and pops them a minibatch at a time (``key_table.py``, on
+  pandas' khash table);
 - dict: the column to Python strings (``to_pylist``), a dict of id -> ring position updated
   with ``dict.update(zip(...))`` and popped with ``map(dict.pop, ...)`` (the fastest dict idiom
   we found; the trainer's bookkeeping until 2026-12-04, so this baseline is our own former code
@@ -19,7 +20,7 @@ first): rows per second through record + take for minibatches of 512, 8,192 (the
 and 65,536 rows, split into conversion and lookup. ``ratio`` is ours / dict in rows per second
 at 8,192 rows; ``ratio_512``, ``ratio_65536`` beside it, and ``ratio_512_young``: 512-row
 minibatches in a trainer's first 200,000 stream rows, where the dict is small and cheap (the less
-favourable case: ours pays numpy's fixed cost per call, about 0.1 ms). Training-thread time only
+favourable case: ours pays a fixed cost per call). Training-thread time only
 counts ``lookup``: the conversion runs on the prefetch thread. Last line: one JSON object.
 Run: .venv/bin/python bench/streamed_rows.py
 """

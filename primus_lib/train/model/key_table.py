@@ -1,70 +1,63 @@
-"""A hash table of 64-bit row keys to positions, probed a minibatch at a time in numpy.
+"""A ring's index: 64-bit row keys to the positions the ring holds them at, a minibatch at a time.
 
-The once rule and MTRM's validation look every row of every minibatch up by its sample id. A
-Python dict of a million id strings costs about 0.55 us a row (a few cache misses each, on the
-training thread): 50 ms for a 65,536-row minibatch's record and lookup on a 2-core dev machine,
-where a GPU host's whole step took 17.5-20 ms (docs/status.md). Here the ids are hashed once per
-minibatch (``row_keys.py``) and a whole minibatch is put, found or popped by a few array
-operations: about 0.13 us a row, but about 0.1 ms a call, so a small dict stays cheaper at
-512-row minibatches (``bench/streamed_rows.py``).
+The once rule and MTRM's validation look every row of every minibatch up by its sample id. The
+ids are hashed once per minibatch (``row_keys.py``); the keys go to the khash table that pandas'
+own indexes and ``factorize`` are built on (``pandas._libs.hashtable.Int64HashTable``: C, a whole
+array a call). Beside it the table keeps, per ring slot, the key and the position it holds: a
+slot written over, or popped, shows it there, so a pop reads the hash table once and never
+writes it (khash has no delete reachable from Python). Dead keys stay in the hash table until it
+holds twice the ring, then it is rebuilt from the ring.
 
-Layout: buckets of ``SLOTS`` slots, a bucket's keys and positions side by side in one 64-byte
-cache line, so a probe costs one miss. A key lives in its home bucket (``key & mask``) or, when
-that was full as it arrived, in the next ones; a bucket passed that way is marked ``overflow``
-(a byte a bucket: the marks stay in cache), and a lookup stops at the first unmarked bucket. A
-slot is free when its position is below ``floor``: never used, popped, or older than the caller's
-window (the ring of ``StreamedRows`` wrote over it); free slots are reused in place. The table is
-rebuilt only to grow, or to clear marks once one bucket in 16 carries one; with the live keys at
-most half the slots, full buckets (and marks) are rare.
+It replaced a numpy table of cache-line buckets, which paid about 0.1 ms of numpy calls a
+minibatch: record + take of a 512-row minibatch in a full record went from 0.36 to 0.20 us a row
+(a dict of the id strings: 0.46-0.48), 8,192 rows from 0.12-0.13 to 0.10, and 65,536 rows stayed
+at 0.12-0.13 (``bench/streamed_rows.py``, 2026-12-05).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from pandas._libs.hashtable import Int64HashTable
 
-SLOTS = 4  # a bucket's keys and positions fill 64 bytes; _slot assumes 4
-EMPTY = -1  # the position of a slot never used
-POPPED = -2  # the position of a slot whose key was popped
-ABSENT = -1  # the position ``pop`` gives a key it does not hold
-_LINE = 2 * SLOTS  # int64 cells a bucket
+ABSENT = -1  # the position ``pop`` gives a key it does not hold (also khash's "not found")
 
 
 class KeyTable:
-    """uint64 key -> int64 position (>= 0); positions below ``floor`` are dead."""
+    """uint64 key -> int64 position for a ring of ``capacity`` slots: position ``p`` lives in slot
+    ``p % capacity`` until ``floor`` (set by the ring) passes it. Positions only grow."""
 
-    def __init__(self, buckets: int = 64):
+    def __init__(self, capacity: int):
+        self.capacity = capacity
         self.floor = 0
-        self._allocate(buckets)
-
-    def _allocate(self, buckets: int) -> None:
-        self.mask = buckets - 1
-        cells = np.empty(buckets * _LINE + 8, np.int64)
-        skip = (-cells.ctypes.data % 64) // 8  # buckets on cache-line boundaries
-        self.cells = cells[skip : skip + buckets * _LINE].reshape(buckets, _LINE)
-        self.cells[:, :SLOTS] = 0
-        self.cells[:, SLOTS:] = EMPTY
-        self.overflow = np.zeros(buckets, bool)  # a key whose walk passed this bucket lives further on
-        self.claims = np.empty(buckets * SLOTS, np.int32)  # scratch: who won a contested slot
-        self.bound = 0  # at least the live keys: the exact count is taken when this nears the limit
-
-    @property
-    def slots(self) -> int:
-        return self.claims.size
+        self._keys = np.zeros(capacity, np.int64)  # per slot: the key given with its position
+        self._positions = np.full(capacity, ABSENT, np.int64)  # per slot: the position given
+        self._popped = np.zeros(capacity, bool)  # per slot: its key was popped
+        self._claims = np.zeros(capacity, np.int32)  # scratch: which row of a pop gets a slot
+        self._index = Int64HashTable()
 
     def __len__(self) -> int:
-        return int(np.count_nonzero(self.cells[:, SLOTS:] >= self.floor))
+        return len(self._live()[0])
+
+    @property
+    def entries(self) -> int:
+        """Keys in the hash table, live or dead (what its memory grows with)."""
+        return len(self._index)
 
     def put(self, keys: np.ndarray, positions: np.ndarray) -> None:
-        """Map each key to its position (a key given again keeps its largest position; a position
-        below ``floor`` is dead on arrival)."""
+        """Map each key to its position (a key given twice: its last); a position below ``floor``
+        is dead on arrival."""
         alive = positions >= self.floor
         if not alive.all():
             keys, positions = keys[alive], positions[alive]
         if not len(keys):
             return
-        if (self.bound + len(keys)) * 2 > self.slots:
-            self._resize(len(keys))
-        self._put(keys.view(np.int64), positions)
+        if len(self._index) + len(keys) > 2 * self.capacity:
+            self._rebuild()
+        keys = np.ascontiguousarray(keys).view(np.int64)
+        positions = np.ascontiguousarray(positions, np.int64)
+        slots = positions % self.capacity
+        self._keys[slots], self._positions[slots], self._popped[slots] = keys, positions, False
+        self._index.map_keys_to_values(keys, positions)
 
     def pop(self, keys: np.ndarray) -> np.ndarray:
         """Each key's position (``ABSENT`` where it is not held), forgetting the keys found. A key
@@ -72,118 +65,39 @@ class KeyTable:
         out = np.full(len(keys), ABSENT, np.int64)
         if not len(keys):
             return out
-        where = self._find(keys.view(np.int64))
-        rows = np.flatnonzero(where >= 0)
-        if len(rows):
-            slot = _slot(where[rows])
-            self.claims[slot] = rows
-            first = self.claims[slot] == rows
-            if not first.all():  # a key asked twice: its first asker gets it
-                np.minimum.at(self.claims, slot, rows)
-                first = self.claims[slot] == rows
-            rows = rows[first]
-            at = where[rows] + SLOTS
-            cells = self.cells.ravel()
-            out[rows] = cells[at]
-            cells[at] = POPPED
+        held = self._index.lookup(np.ascontiguousarray(keys).view(np.int64))
+        rows = np.flatnonzero(held >= self.floor)
+        slots = held[rows] % self.capacity
+        live = (self._positions[slots] == held[rows]) & ~self._popped[slots]  # not written over nor popped
+        rows, slots = rows[live], slots[live]
+        self._claims[slots] = rows
+        first = self._claims[slots] == rows
+        if not first.all():  # a key asked twice: its first asker gets it
+            np.minimum.at(self._claims, slots, rows)
+            first = self._claims[slots] == rows
+            rows, slots = rows[first], slots[first]
+        out[rows] = held[rows]
+        self._popped[slots] = True
         return out
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every live key (uint64) and its position, in table order."""
-        alive = self.cells[:, SLOTS:] >= self.floor
-        return self.cells[:, :SLOTS][alive].view(np.uint64), self.cells[:, SLOTS:][alive]
+        """Every live key (uint64) and its position, in ring order."""
+        keys, positions = self._live()
+        return keys.view(np.uint64), positions
 
-    def _find(self, keys: np.ndarray) -> np.ndarray:
-        """Each key's live slot as the flat index of its key cell, -1 where it has none."""
-        out = np.full(len(keys), -1, np.int64)
-        todo, wanted, bucket = np.arange(len(keys)), keys, keys & self.mask
-        while len(todo):
-            rows = np.take(self.cells, bucket, axis=0)
-            hit = rows[:, :SLOTS] == wanted[:, None]
-            hit &= rows[:, SLOTS:] >= self.floor
-            hits = _packed(hit)
-            found = hits != 0
-            if found.any():
-                out[todo[found]] = bucket[found] * _LINE + _first(hits[found])
-            going = ~found & np.take(self.overflow, bucket)
-            todo, wanted, bucket = todo[going], wanted[going], (bucket[going] + 1) & self.mask
-        return out
+    def _live(self) -> tuple[np.ndarray, np.ndarray]:
+        alive = (self._positions >= self.floor) & ~self._popped
+        keys, positions = self._keys[alive], self._positions[alive]
+        alive = self._index.lookup(keys) == positions  # the key not given again since
+        return keys[alive], positions[alive]
 
-    def _put(self, keys: np.ndarray, positions: np.ndarray) -> None:
-        """One walk a key from its home bucket: a live slot of the key takes the new position; else
-        the first free slot on the way, once an unmarked bucket shows the key is nowhere further.
-        Keys contesting a slot: one wins it, the others walk again from home (a copy of the
-        winner's key then finds it and keeps the larger position)."""
-        cells = self.cells.ravel()
-        home = keys & self.mask
-        todo, bucket = np.arange(len(keys), dtype=np.int32), home.copy()
-        spare = np.full(len(keys), -1, np.int64)  # per key: the first free key cell on its walk
-        while len(todo):
-            rows = np.take(self.cells, bucket, axis=0)
-            at = rows[:, SLOTS:]
-            mine = rows[:, :SLOTS] == keys[todo][:, None]
-            mine &= at >= self.floor
-            mines = _packed(mine)
-            same = mines != 0
-            if same.any():  # the key put again (or twice in this call): its latest position
-                np.maximum.at(cells, bucket[same] * _LINE + SLOTS + _first(mines[same]), positions[todo[same]])
-            frees = _packed(at < self.floor)
-            cell = spare[todo]
-            first_free = (cell < 0) & (frees != 0)
-            cell[first_free] = bucket[first_free] * _LINE + _first(frees[first_free])
-            spare[todo] = cell
-            passing = ~same & (cell < 0)  # no free slot here nor before: the key will live further on
-            self.overflow[bucket[passing]] = True
-            ready = ~same & ~np.take(self.overflow, bucket)  # nowhere further: it takes its spare cell
-            cell, claimants = cell[ready], todo[ready]
-            still = cells[cell + SLOTS] < self.floor  # a spare seen rounds ago may have been taken since
-            slot = _slot(cell[still])
-            self.claims[slot] = claimants[still]
-            won = np.zeros(len(claimants), bool)
-            won[still] = self.claims[slot] == claimants[still]
-            cell, winners = cell[won], claimants[won]
-            cells[cell], cells[cell + SLOTS] = keys[winners], positions[winners]
-            self.bound += len(winners)
-            lost = claimants[~won]  # from home again
-            spare[lost] = -1
-            going = ~same & ~ready
-            bucket[going] = (bucket[going] + 1) & self.mask
-            bucket[ready] = home[todo[ready]]
-            keep = going
-            keep[np.flatnonzero(ready)[~won]] = True
-            todo, bucket = todo[keep], bucket[keep]
-
-    def _resize(self, arriving: int) -> None:
-        """Count the live keys; rebuild (dropping the dead slots and the marks) when they and those
-        arriving would fill over a third of the slots (then grown to at most a quarter), or when one
-        bucket in 16 is marked."""
-        live = len(self)
-        self.bound = live
-        buckets = self.mask + 1
-        if (live + arriving) * 3 <= self.slots and np.count_nonzero(self.overflow) * 16 <= buckets:
-            return
-        while (live + arriving) * 4 > buckets * SLOTS:
-            buckets *= 2
-        keys, positions = self.live()
-        self._allocate(buckets)
-        if len(keys):
-            self._put(keys.view(np.int64), positions)
-
-
-_LOWEST = np.array([1, 1 << 8, 1 << 16, 1 << 24], np.uint32)  # a bucket's slot j as the lowest set bit
-
-
-def _packed(mask: np.ndarray) -> np.ndarray:
-    """A row's 4 booleans as one little-endian uint32 (0: none set): one operation, not a reduction."""
-    return np.ascontiguousarray(mask).view("<u4").ravel()
-
-
-def _first(packed: np.ndarray) -> np.ndarray:
-    """The first set slot of each (non-zero) packed row."""
-    lowest = packed & (~packed + np.uint32(1))
-    return np.searchsorted(_LOWEST, lowest)
-
-
-def _slot(cell: np.ndarray) -> np.ndarray:
-    """The slot number (bucket * SLOTS + slot) of a key cell's flat index."""
-    return (cell >> 3) * SLOTS + (cell & 7)
+    def _rebuild(self) -> None:
+        """A new hash table of the ring's slots above ``floor``, oldest first: a key given twice
+        maps to its last position, popped or not (an earlier one must not come back)."""
+        start = self.floor % self.capacity
+        order = np.r_[start : self.capacity, 0:start]
+        keys, positions = self._keys[order], self._positions[order]
+        alive = positions >= self.floor
+        keys, positions = keys[alive], positions[alive]
+        self._index = Int64HashTable(2 * self.capacity)  # sized for what it holds at the next rebuild
+        self._index.map_keys_to_values(keys, positions)

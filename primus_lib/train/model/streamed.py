@@ -67,7 +67,7 @@ class StreamedRows:
     def __init__(self, capacity: int = CAPACITY, logits: bool = False):
         self.capacity = capacity
         self.logits = logits  # whether the rows keep MTRM's two logits
-        self.table = KeyTable()  # key -> its row's position (``next`` counts every row recorded)
+        self.table = KeyTable(capacity)  # key -> its row's position (``next`` counts every row recorded)
         self.next = 0
         self.columns: dict[str, np.ndarray] = {}  # "label", "memory", "adapt": allocated at the first record
         self.last = np.zeros(0, np.int64)  # the ring slots of the last recorded minibatch
@@ -189,5 +189,5 @@ class StreamedRows:
         order = np.argsort(positions, kind="stable")  # oldest first: again the first forgotten
         keys, labels = keys[order], labels[order]
         keys, labels = keys[-self.capacity :], labels[-self.capacity :]
-        self.table, self.next, self.columns = KeyTable(), 0, {}
+        self.table, self.next, self.columns = KeyTable(self.capacity), 0, {}
         self.record(keys, torch.tensor(labels, dtype=torch.float32))
