@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+from urllib3.exceptions import MaxRetryError
 
 from primus_lib.resources.kubernetes import manifests as m
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
-from primus_lib.resources.kubernetes.cluster import Cluster
+from primus_lib.resources.kubernetes.cluster import Cluster, api_client_for
 from primus_lib.resources.kubernetes.names import (
     DATABASE_PASSWORD_ENV,
     JOB_LABEL,
@@ -21,12 +22,11 @@ from primus_lib.resources.kubernetes.names import (
     spec_configmap_name,
 )
 from primus_lib.spec import PrimusJob
+from tests.fixtures.kube import make_tls, write_kubeconfig
 from tests.resources import conftest as resources
 from tests.resources.conftest import wait_for
 from tests.resources.test_kubernetes import k8s_job, started
 from tests.resources.test_rbac import apply_rbac, as_controller, denied, service_account_token
-
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 job_env, kube_namespaces = resources.job_env, resources.kube_namespaces  # that package's fixtures, here too
 PASSWORD = "ledger-pw-7c1e9a"  # the job's ledger password: in no object the API server keeps
@@ -181,3 +181,15 @@ def test_the_jobs_own_service_account_is_refused_what_it_does_not_need(kube_clus
     with pytest.raises(ApiException) as missing:
         core.read_namespaced_endpoints("no-such-service", ns)
     assert missing.value.status == 404  # allowed, and simply not there
+
+
+def test_the_backend_verifies_the_api_servers_certificate(kube_apiserver, tmp_path):
+    """A kubeconfig that trusts another CA cannot reach the API server: the client verifies TLS,
+    as the test control plane's own kubeconfig (its CA, no insecure-skip-tls-verify) relies on."""
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = make_tls(tmp_path / "other")
+    stranger = tmp_path / "kubeconfig"
+    write_kubeconfig(stranger, "a", kube_apiserver.host, other_ca)
+    with pytest.raises(MaxRetryError, match="CERTIFICATE_VERIFY_FAILED"):
+        _ = Cluster(api_client_for(str(stranger), "a")).version
+    assert Cluster(api_client_for(kube_apiserver.kubeconfig, "a")).version >= (1, 20)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import pytest
 from kubernetes import client
 
 from primus_lib.credentials import Connection, Resolver, S3Credentials, SecretFiles, using, write_secret_files
@@ -23,8 +22,6 @@ from tests.reliability.test_security_kube import pod_specs
 from tests.resources.conftest import apply_crd
 from tests.resources.test_kubernetes import k8s_job, started
 from tests.resources.test_rbac import as_controller, denied
-
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 SECRET_KEY = "lake-secret-5d2f81"  # the connection's password: only in the Secret
 LAKE = Connection("lake", "aws", login="AKIALAKE", password=SECRET_KEY, extra={"endpoint_url": "http://s3.lake:8333"})

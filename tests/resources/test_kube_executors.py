@@ -9,7 +9,6 @@ import os
 import stat
 import subprocess
 
-import pytest
 from kubernetes import client
 
 from primus_lib.resources.discovery import discovery_for
@@ -24,8 +23,6 @@ from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import apply_crd, running, wait_for
 from tests.resources.test_kubernetes import selector
 from tests.resources.test_rbac import apply_rbac, denied, service_account_token
-
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 def executor_job(name: str = "ctr-demo"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import pytest
 from kubernetes import client
 
 from primus_lib.resources.kubernetes.backend import KubernetesBackend
@@ -29,8 +28,6 @@ from tests.resources.conftest import wait_for
 from tests.resources.test_kube_executors import executor_job
 from tests.resources.test_kubernetes import selector, started
 from tests.resources.test_rbac import as_controller, denied
-
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 def flight_mounts(spec) -> list[tuple[str, str]]:

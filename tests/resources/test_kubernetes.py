@@ -20,8 +20,6 @@ from tests.fixtures.kube import simulate_exit, simulate_restarts
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import apply_crd, new_namespace, pods, running, wait_for
 
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
-
 
 def k8s_job(name: str = "ctr-demo", trainer_replicas: int = 1, max_restarts: int = 2, stream_cpu=1, **fields):
     """The demo job on Kubernetes with stream executors the trainer starts after; ``fields``: more of its spec."""

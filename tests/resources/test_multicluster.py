@@ -17,7 +17,6 @@ from primus_lib.resources.multicluster import MultiClusterBackend
 from tests.fixtures.specs import demo_doc, load
 from tests.resources.conftest import apply_crd, running, wait_for
 
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 GiB = 2**30
 
 

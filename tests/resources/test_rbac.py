@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -16,8 +15,6 @@ from primus_lib.resources.kubernetes.capacity import capacity
 from primus_lib.resources.kubernetes.cluster import Cluster
 from tests.resources.conftest import ROOT, apply_crd
 from tests.resources.test_kubernetes import k8s_job, started
-
-pytestmark = [pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 def apply_rbac(api, namespace: str) -> None:
