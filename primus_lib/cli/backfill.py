@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from primus_lib.airflow_api import AirflowApi, AirflowApiError
+from primus_lib.cli.arguments import duration, integer
 from primus_lib.cli.console import Progress, seconds
 from primus_lib.credentials import Resolver, current
 from primus_lib.naming import API_CONNECTION, MODE_PARAM, pool_name
@@ -49,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-active-runs",
-        type=int,
+        type=integer(1),
         default=3,
         help="windows in flight at once (default 3; keep >= 2: the trainer finishes window N's "
         "last partial minibatch with window N+1's rows)",
@@ -66,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--password", nargs="?", action=RefusedInArgv, help=argparse.SUPPRESS)
     parser.add_argument("--keep-paused", action="store_true", help="do not unpause the DAG (backfill runs wait then)")
     parser.add_argument("--wait", action="store_true", help="(API) wait until every run finished; exit 1 if one failed")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    parser.add_argument("--timeout", type=duration(zero=False), default=3600.0, help="seconds --wait waits")
     parser.add_argument("--quiet", "-q", action="store_true", help="with --wait: no per-window progress on stderr")
     parser.set_defaults(handler=run)
 

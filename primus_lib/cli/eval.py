@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import datetime
 
+from primus_lib.cli.arguments import integer
 from primus_lib.cli.console import Progress
 from primus_lib.timegrid import iso
 
@@ -31,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="generate fresh data per seed under OUT/data/seed-N (seed = data seed)",
     )
-    parser.add_argument("--rows-per-hour", type=int, default=3000, help="with --data-seeds: impressions per hour")
+    parser.add_argument(
+        "--rows-per-hour", type=integer(1), default=3000, help="with --data-seeds: impressions per hour"
+    )
     parser.add_argument("--world", help="with --data-seeds: datagen world overrides key=value,...")
     parser.add_argument(
         "--model-seed-offset",
@@ -42,12 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--capacity",
-        type=int,
+        type=integer(1),
         metavar="ROWS",
         help="the trainer trains at most ROWS rows per hour of data (default: all that arrived): "
         "the rest waits in its buffer, where the priority rule orders it",
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--threads", type=integer(1), default=1, help="torch threads per run")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr (results still on stdout)")
     parser.set_defaults(handler=run)
 

@@ -15,21 +15,27 @@ import signal
 import sys
 import threading
 
+from primus_lib.cli.arguments import duration, integer, refuse_choice
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("executor", help="serve a stream's samples to the trainer (Kafka -> Arrow Flight)")
     parser.add_argument("spec", metavar="SPEC")
     parser.add_argument("--role", help="the role to run (default $PRIMUS_ROLE, else stream_executor)")
-    parser.add_argument("--index", type=int, help="this executor's index (default $PRIMUS_REPLICA_INDEX or 0)")
-    parser.add_argument("--replicas", type=int, help="executors of the stream (default $PRIMUS_REPLICAS, the spec)")
+    parser.add_argument("--index", type=integer(0), help="this executor's index (default $PRIMUS_REPLICA_INDEX or 0)")
+    parser.add_argument(
+        "--replicas", type=integer(1), help="executors of the stream (default $PRIMUS_REPLICAS, the spec)"
+    )
     parser.add_argument("--stream", help="the stream to serve (default: every stream of kind stream)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 on a cluster)")
-    parser.add_argument("--port", type=int, default=0, help="Flight port (default: any free one)")
+    parser.add_argument("--port", type=integer(0, 65535), default=0, help="Flight port (default: any free one)")
     parser.add_argument("--advertise", help="host name the trainer connects to (default: --host)")
-    parser.add_argument("--buffer-rows", type=int, default=65536, help="bounded buffer; Kafka is not polled while full")
-    parser.add_argument("--poll-rows", type=int, default=4096, help="messages per Kafka poll")
+    parser.add_argument(
+        "--buffer-rows", type=integer(1), default=65536, help="bounded buffer; Kafka is not polled while full"
+    )
+    parser.add_argument("--poll-rows", type=integer(1), default=4096, help="messages per Kafka poll")
     lease = "seconds: rows a reader took but did not acknowledge within this are served again (default 30)"
-    parser.add_argument("--lease-seconds", type=float, help=lease)
+    parser.add_argument("--lease-seconds", type=duration(zero=False), help=lease)
     parser.set_defaults(handler=run)
 
 
@@ -50,10 +56,14 @@ def run(args: argparse.Namespace) -> int:
     index = args.index if args.index is not None else (deployed.replica_index or 0)
     role = job.spec.resources.roles.get(args.role)
     replicas = args.replicas or deployed.replicas or (role.replicas if role else 1) or 1
-    streams = [args.stream] if args.stream else [s.name for s in job.stream_streams]
-    if not streams:
+    names = [s.name for s in job.stream_streams]
+    if not names:
         print(f"primus executor: job {job.name!r} has no stream of kind stream", file=sys.stderr)
         return 2
+    if args.stream is not None and args.stream not in names:
+        expected = f"a stream of kind stream of job {job.name!r}"
+        return refuse_choice("executor", "--stream", expected, names, args.stream)
+    streams = [args.stream] if args.stream else names
     if args.port and len(streams) > 1:
         print("primus executor: --port with several streams: give --stream", file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ import json
 import sys
 import time
 
+from primus_lib.cli.arguments import integer, refuse_choice
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plan", help="plan a batch stream's data tasks (DTGG) and print them")
@@ -19,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--start", help="first window (ISO-8601, default: timer.start)")
     parser.add_argument("--end", help="end instant, exclusive (default: timer.end; required if open-ended)")
     parser.add_argument("--stream", help="batch stream name (default: the first batch stream)")
-    parser.add_argument("--threads", type=int, default=None, help="listing threads (default 4)")
+    parser.add_argument("--threads", type=integer(1), default=None, help="listing threads (default 4)")
     parser.add_argument("--dry-run", action="store_true", help="do not record the plan in the job's ledger")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -38,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
     if not streams:
         print(f"primus plan: job {job.name!r} has no batch stream", file=sys.stderr)
         return 2
-    stream = args.stream or streams[0].name
+    names = [s.name for s in streams]
+    if args.stream is not None and args.stream not in names:
+        return refuse_choice("plan", "--stream", f"a batch stream of job {job.name!r}", names, args.stream)
+    stream = args.stream or names[0]
     planner = Planner(job, stream, threads=args.threads, ledger=not args.dry_run)
     began = time.perf_counter()
     windows, missing, tasks = [], [], 0

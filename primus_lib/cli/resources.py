@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+
+from primus_lib.cli.arguments import integer, refuse_choice
 
 ACTIONS = ("start", "status", "scale", "resize", "stop", "rebalance", "autoscale")
 
@@ -15,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("spec", help="PrimusJob spec file")
     parser.add_argument("--role", help="role to scale or resize")
-    parser.add_argument("--replicas", type=int, help="scale: the new replica count")
+    parser.add_argument("--replicas", type=integer(0), help="scale: the new replica count")
     parser.add_argument("--cpu", help="resize: cores per worker (2, 500m)")
     parser.add_argument("--memory", help="resize: memory per worker (4Gi)")
     parser.add_argument("--prometheus", help="autoscale: Prometheus URL (default: the job's metrics snapshots)")
@@ -28,16 +31,23 @@ def run(args: argparse.Namespace) -> int:
     from primus_lib.spec.units import parse_quantity
 
     job = load_job(args.spec)
-    backend = backend_for(job, args.spec)
+    roles = job.spec.resources.roles
     if args.action in ("scale", "resize") and not args.role:
-        raise SystemExit(f"primus resources {args.action}: --role is required")
+        print(f"primus resources {args.action}: --role is required", file=sys.stderr)
+        return 2
+    if args.role is not None and args.role not in roles:
+        return refuse_choice(
+            f"resources {args.action}", "--role", f"a role of job {job.name!r}", sorted(roles), args.role
+        )
+    backend = backend_for(job, args.spec)
     if args.action == "start":
         print(json.dumps(backend.ensure_running().to_dict(), indent=1))
     elif args.action == "status":
         print(json.dumps(backend.status().to_dict(), indent=1))
     elif args.action == "scale":
         if args.replicas is None:
-            raise SystemExit("primus resources scale: --replicas is required")
+            print("primus resources scale: --replicas is required", file=sys.stderr)
+            return 2
         backend.scale(args.role, args.replicas)
     elif args.action == "resize":
         cpu = parse_quantity(args.cpu) if args.cpu else None

@@ -6,17 +6,25 @@ import argparse
 import sys
 from pathlib import Path
 
+from primus_lib.cli.arguments import duration, integer
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="run the trainer of a job (batch windows + stream, checkpointed)")
     parser.add_argument("spec", metavar="SPEC")
     parser.add_argument("--until-window", metavar="WINDOW_ID", help="stop after this batch window (YYYYMMDDTHHMMSSZ)")
-    parser.add_argument("--max-steps", type=int, help="stop after this many training steps in total")
+    parser.add_argument("--max-steps", type=integer(1), help="stop after this many training steps in total")
     parser.add_argument("--mode", help="override spec.training.mode (see primus_lib/train/model/modes.py)")
-    parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds between looks for new windows")
-    parser.add_argument("--checkpoint-steps", type=int, help="also checkpoint every N steps (default: per window)")
     parser.add_argument(
-        "--idle-exit", type=float, help="exit when no new data arrived for this many seconds (default: wait forever)"
+        "--poll-interval", type=duration(zero=False), default=2.0, help="seconds between looks for new windows"
+    )
+    parser.add_argument(
+        "--checkpoint-steps", type=integer(1), help="also checkpoint every N steps (default: per window)"
+    )
+    parser.add_argument(
+        "--idle-exit",
+        type=duration(zero=True),
+        help="exit when no new data arrived for this many seconds (default: wait forever)",
     )
     parser.add_argument(
         "--switch-at",
@@ -30,7 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="append the sample ids of each step to PATH (PATH.rank<r> per rank), for exactly-once checks",
     )
     parser.add_argument(
-        "--step-delay", type=float, default=0.0, metavar="S", help="sleep S seconds after each step (fault tests)"
+        "--step-delay",
+        type=duration(zero=True),
+        default=0.0,
+        metavar="S",
+        help="sleep S seconds after each step (fault tests)",
     )
     parser.set_defaults(handler=run)
 
@@ -45,11 +57,18 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(args.spec)
     try:
         switch_at = parse_utc(args.switch_at, "--switch-at") if args.switch_at else None
-        if args.until_window:
-            parse_window_id(args.until_window)
     except ValueError as exc:
-        print(f"primus train: {exc} (--until-window expects YYYYMMDDTHHMMSSZ)", file=sys.stderr)
+        print(f"primus train: {exc}", file=sys.stderr)
         return 2
+    if args.until_window:
+        try:
+            parse_window_id(args.until_window)
+        except ValueError:
+            print(
+                f"primus train: --until-window: expected a window id like 20261101T000000Z, got {args.until_window!r}",
+                file=sys.stderr,
+            )
+            return 2
     if args.mode and args.mode not in MODES:
         print(f"primus train: --mode {args.mode!r}: expected {'|'.join(MODES)}", file=sys.stderr)
         return 2

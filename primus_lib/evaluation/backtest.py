@@ -148,6 +148,8 @@ class BacktestOptions:
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace, data: str | None) -> BacktestOptions:
+        if args.world and not args.data_seeds:
+            raise ValueError(f"--world {args.world!r}: expected with --data-seeds (it generates the world's data)")
         names = [m for m in args.modes.split(";" if ";" in args.modes or "[" in args.modes else ",") if m.strip()]
         runs = [RunConfig.parse(m) for m in names]
         runs += [RunConfig.parse(m) for m in args.ablations.split(";") if m.strip()]

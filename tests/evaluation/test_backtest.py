@@ -177,7 +177,7 @@ def test_a_capacity_leaves_rows_in_the_buffers_for_later_hours(tiny):
 def test_train_cli_rejects_bad_arguments(tiny, capsys):
     spec, _ = tiny
     assert main(["train", str(spec), "--until-window", "yesterday"]) == 2
-    assert "--until-window expects" in capsys.readouterr().err
+    assert "--until-window: expected a window id like 20261101T000000Z, got 'yesterday'" in capsys.readouterr().err
     assert main(["train", str(spec), "--mode", "hybrid"]) == 2
 
 

@@ -355,3 +355,27 @@ def test_plan_refuses_a_bad_instant_in_one_line(tmp_path):
         done.stderr.strip()
         == "primus plan: --start: expected an ISO instant like 2026-11-01T00:00:00Z, got 'yesterday'"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "stream", "says"),
+    [
+        ("plan", "nosuch", "primus plan: --stream: expected a batch stream of job 'ctr-demo' (history), got 'nosuch'"),
+        (
+            "plan",
+            "realtime",
+            "primus plan: --stream: expected a batch stream of job 'ctr-demo' (history), got 'realtime'",
+        ),
+        (
+            "executor",
+            "history",
+            "primus executor: --stream: expected a stream of kind stream of job 'ctr-demo' (realtime), got 'history'",
+        ),
+    ],
+)
+def test_a_stream_the_job_lacks_is_refused_in_one_line(tmp_path, command, stream, says):
+    spec = _write(tmp_path, copy.deepcopy(_doc()))
+    extra = ["--dry-run"] if command == "plan" else []
+    done = _cli(command, str(spec), *extra, "--stream", stream)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == says
