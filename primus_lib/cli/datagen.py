@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
+from primus_lib.cli.arguments import integer
 from primus_lib.timegrid import iso, parse_utc
 
 
@@ -16,10 +17,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--start", help="ISO instant (UTC); default the timer's start")
     parser.add_argument("--end", help="ISO instant (UTC, exclusive); default the timer's end (or start + 2 days)")
     parser.add_argument("--rows-per-hour", type=int, default=3000, help="mean impressions per hour")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--out", help="output root; default $PRIMUS_DATA")
     parser.add_argument("--world", help="world overrides key=value,... (see docs/datagen.md), e.g. pop_drift=0.5")
-    parser.add_argument("--kafka", metavar="BOOTSTRAP", help="also produce the stream to this Kafka cluster")
+    parser.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="also produce the stream to this Kafka cluster (credentials: the spec's Kafka source's connection_id)",
+    )
     parser.add_argument("--topic", help="Kafka topic (default: the spec's stream topic)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     parser.set_defaults(handler=run)
@@ -27,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from primus_lib.cli.console import Progress
-    from primus_lib.data.datagen import default_range, generate, iter_hours, world_config
+    from primus_lib.data.datagen import DeliveryError, default_range, generate, iter_hours, world_config
     from primus_lib.settings import spec_environment
     from primus_lib.spec import load_job
 
@@ -48,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kafka = None
     if args.kafka:
-        topic = args.topic or _spec_topic(job)
+        topic, credentials = _spec_kafka(job)
+        topic = args.topic or topic
         if not topic:
             print("primus datagen: --kafka needs --topic (the spec has no Kafka stream source)", file=sys.stderr)
             return 2
-        kafka = (args.kafka, topic)
+        kafka = ({**credentials, "bootstrap.servers": args.kafka}, topic)
     progress = Progress("datagen", sum(1 for _ in iter_hours(start, end)), "hour", quiet=args.quiet)
 
     def on_hour(hour: int, rows: int) -> None:
@@ -73,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"primus {exc}", file=sys.stderr)
         return 2
+    except DeliveryError as exc:
+        print(f"primus {exc}", file=sys.stderr)
+        return 1
     print(
         f"wrote {result.hours} hours, {result.impressions} impressions, {result.clicks} clicks "
         f"({result.realtime_clicks} seen by the real-time label"
@@ -83,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spec_topic(job) -> str | None:
+def _spec_kafka(job) -> tuple[str | None, dict[str, str]]:
+    """The topic of the spec's first Kafka stream source and the librdkafka settings of its
+    connection (SASL login, security protocol), resolved as the executors resolve them."""
+    from primus_lib.credentials import current
+
     for stream in job.stream_streams:
         for source in stream.sources:
             if source.kafka:
-                return source.kafka.topic
-    return None
+                where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
+                return source.kafka.topic, current().kafka(source.kafka.connection_id, where)
+    return None, {}

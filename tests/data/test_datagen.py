@@ -238,3 +238,50 @@ def test_a_surge_multiplies_the_traffic_of_its_hours():
         assert ratio == pytest.approx(10.0, rel=0.01) if h in surging else ratio == 1.0
     with pytest.raises(ValueError, match="surge_hours"):
         WorldConfig(surge_every_hours=4, surge_hours=5)
+
+
+def test_a_stream_the_broker_never_confirms_fails_the_run(tmp_path, monkeypatch, capsys):
+    """--kafka to a port nobody listens on: the partitions and the stream file are written, and the run
+    fails (exit 1) saying how many messages Kafka confirmed, instead of counting what it only queued."""
+    from primus_lib.data.datagen import write
+    from tests.fixtures._proc import free_port
+    from tests.fixtures.specs import job_doc, kafka_stream, write_spec
+
+    monkeypatch.setattr(write, "FLUSH_SECONDS", 2)
+    spec = write_spec(
+        tmp_path / "job.yaml", job_doc(hours=1, lag="1h", stream=kafka_stream(f"127.0.0.1:{free_port()}", "ev"))
+    )
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    assert main(["datagen", str(spec), "--rows-per-hour", "50", "--kafka", f"127.0.0.1:{free_port()}", "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"primus datagen: the partitions and stream file under {tmp_path / 'data'} are complete")
+    assert "but Kafka topic 'ev' confirmed 0 of " in err and err.endswith(" messages within 2 s")
+    assert (tmp_path / "data" / "impressions" / "20261101" / "00" / "_SUCCESS").exists()
+    assert (tmp_path / "data" / "stream" / "events.jsonl").stat().st_size > 0
+
+
+def test_the_stream_is_produced_with_the_kafka_sources_credentials(tmp_path, monkeypatch):
+    """The producer logs in as the spec's Kafka source does (its connection_id), to the --kafka cluster."""
+    from primus_lib.cli.datagen import _spec_kafka
+    from primus_lib.spec import load_job
+    from tests.fixtures import connections
+    from tests.fixtures.specs import job_doc, kafka_stream, write_spec
+
+    login = {
+        "conn_type": "primus_kafka",
+        "login": "gen",
+        "password": "pw-3f9c",
+        "extra": {"sasl_mechanism": "SCRAM-SHA-256"},
+    }
+    connections.mount(monkeypatch, tmp_path / "secrets", {"events_sasl": login})
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
+    stream = kafka_stream("broker:9092", "events", connection_id="events_sasl")
+    job = load_job(write_spec(tmp_path / "job.yaml", job_doc(hours=1, lag="1h", stream=stream)))
+    topic, config = _spec_kafka(job)
+    assert topic == "events"
+    assert config == {
+        "sasl.username": "gen",
+        "sasl.password": "pw-3f9c",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "security.protocol": "SASL_SSL",
+    }

@@ -19,6 +19,7 @@ from primus_lib.data.datagen.world import HOUR_MS, NEW_ITEM_BASE, World
 from primus_lib.data.datagen.write import (
     IMPRESSION_COLUMNS,
     DatagenResult,
+    DeliveryError,
     LateClicks,
     default_range,
     generate,
@@ -32,6 +33,7 @@ __all__ = [
     "IMPRESSION_COLUMNS",
     "NEW_ITEM_BASE",
     "DatagenResult",
+    "DeliveryError",
     "LateClicks",
     "World",
     "WorldConfig",

@@ -61,6 +61,9 @@ class DatagenResult:
     stream_rows: int = 0  # impressions the stream carries (all of them unless ``stream_share`` < 1)
 
 
+FLUSH_SECONDS = 30  # how long the end of a run waits for the broker to confirm the stream
+
+
 def generate(
     out: str | os.PathLike[str],
     start: datetime,
@@ -69,11 +72,13 @@ def generate(
     rows_per_hour: int = 3000,
     seed: int = 0,
     config: WorldConfig | None = None,
-    kafka: tuple[str, str] | None = None,
+    kafka: tuple[dict[str, str], str] | None = None,
     on_hour: Callable[[int, int], None] | None = None,
 ) -> DatagenResult:
-    """Write the hourly partitions and the stream file for [start, end) under ``out``;
-    ``on_hour(hour, rows)`` after each hour is written (``primus datagen``'s progress)."""
+    """Write the hourly partitions and the stream file for [start, end) under ``out``, and with
+    ``kafka`` (librdkafka settings, topic) produce the stream there too: ``DeliveryError`` unless the
+    broker confirmed every message. ``on_hour(hour, rows)`` after each hour is written (``primus
+    datagen``'s progress)."""
     if end <= start:
         raise ValueError(f"datagen: --end {end.isoformat()} must be after --start {start.isoformat()}")
     if rows_per_hour <= 0:
@@ -84,7 +89,7 @@ def generate(
     stream_dir = out / "stream"
     stream_dir.mkdir(parents=True, exist_ok=True)
     stream_tmp = stream_dir / f".events.jsonl.tmp-{uuid.uuid4().hex}"
-    producer = _kafka_producer(kafka[0]) if kafka else None
+    producer = _KafkaOut(*kafka) if kafka else None
     result = DatagenResult(out, 0, 0, 0, 0, stream_dir / "events.jsonl")
     late = LateClicks(world, rows_per_hour, first_hour=next(iter_hours(start, end)))
     try:
@@ -100,8 +105,8 @@ def generate(
                 events = late.merge(hour, on_stream(rows))
                 lines = _jsonl(events, columns)
                 stream.write(lines)
-                if producer is not None and kafka is not None:
-                    result.kafka_messages += _produce(producer, kafka[1], lines, events["ts"])
+                if producer is not None:
+                    producer.send(lines, events["ts"])
                 shown = int(rows["on_stream"].sum())
                 result.resent_clicks += len(events["ts"]) - shown
                 result.stream_rows += shown
@@ -112,11 +117,13 @@ def generate(
                 if on_hour is not None:
                     on_hour(hour, len(rows["ts"]))
         os.replace(stream_tmp, result.stream_path)
+        if producer is not None:
+            result.kafka_messages = producer.confirm(out)
     finally:
         if stream_tmp.exists():
             stream_tmp.unlink()
         if producer is not None:
-            producer.flush(30)
+            producer.close()
     return result
 
 
@@ -191,24 +198,56 @@ def _jsonl(rows: dict[str, np.ndarray], keys: list[str]) -> str:
     return "".join(json.dumps(dict(zip(names, values, strict=True))) + "\n" for values in zip(*columns, strict=True))
 
 
-def _kafka_producer(bootstrap: str):
-    from confluent_kafka import Producer
-
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": False})
+class DeliveryError(RuntimeError):
+    """The files were written, but the broker did not confirm every message of the stream."""
 
 
-def _produce(producer, topic: str, lines: str, ts: np.ndarray) -> int:
-    count = 0
-    for line, stamp in zip(lines.splitlines(), ts.tolist(), strict=True):
-        while True:
-            try:
-                producer.produce(topic, value=line.encode(), timestamp=int(stamp))
-                break
-            except BufferError:
-                producer.poll(0.5)
-        count += 1
-    producer.poll(0)
-    return count
+class _KafkaOut:
+    """The stream's lines to a Kafka topic, each message's delivery counted (librdkafka reports it
+    through ``on_delivery``; a message still queued at the end was not delivered)."""
+
+    def __init__(self, config: dict[str, str], topic: str):
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"linger.ms": 20, "enable.idempotence": False, **config})
+        self.topic = topic
+        self.sent = self.failed = 0
+        self.error: object = None  # the first delivery error
+
+    def _delivered(self, err, _msg) -> None:
+        if err is not None:
+            self.failed += 1
+            self.error = self.error or err
+
+    def send(self, lines: str, ts: np.ndarray) -> None:
+        for line, stamp in zip(lines.splitlines(), ts.tolist(), strict=True):
+            while True:
+                try:
+                    self.producer.produce(
+                        self.topic, value=line.encode(), timestamp=int(stamp), on_delivery=self._delivered
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.5)
+            self.sent += 1
+        self.producer.poll(0)
+
+    def confirm(self, out: Path) -> int:
+        """The messages the broker confirmed: all of them, else ``DeliveryError``."""
+        queued = self.producer.flush(FLUSH_SECONDS)
+        if queued or self.failed:
+            first = f" (first error: {self.error})" if self.error is not None else ""
+            raise DeliveryError(
+                f"datagen: the partitions and stream file under {out} are complete, but Kafka topic "
+                f"{self.topic!r} confirmed {self.sent - queued - self.failed} of {self.sent} messages within "
+                f"{FLUSH_SECONDS} s{first}"
+            )
+        return self.sent
+
+    def close(self) -> None:
+        """Drop what is still queued (an error already said so): the producer's teardown would wait."""
+        self.producer.purge()
+        self.producer.flush(0)
 
 
 def default_range(job) -> tuple[datetime, datetime]:
