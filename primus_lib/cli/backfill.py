@@ -25,6 +25,7 @@ import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from primus_lib.airflow_api import AirflowApi, AirflowApiError
 from primus_lib.cli.arguments import duration, integer
@@ -106,6 +107,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     args.api = args.api or settings().airflow_api
     if args.api:
+        where = urlsplit(args.api)
+        if where.scheme not in ("http", "https") or not where.hostname:
+            print(
+                f"primus backfill: --api: expected an http(s) URL like http://host:8080, got {args.api!r}",
+                file=sys.stderr,
+            )
+            return 2
         role = job.spec.resources.roles.get("data_executor")
         return _via_api(args, body, len(planned), max(1, role.replicas) if role else 1)
     return _via_cli(args, body)
@@ -174,10 +182,14 @@ def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: in
         print(f"primus backfill: {exc}", file=sys.stderr)
         return 2
     api = AirflowApi(args.api, user, password)
-    if not args.keep_paused:
-        api.set_paused(body["dag_id"], False)
-    api.ensure_pool(pool_name(body["dag_id"]), pool_slots)
-    backfill = api.create_backfill(body)
+    try:
+        if not args.keep_paused:
+            api.set_paused(body["dag_id"], False)
+        api.ensure_pool(pool_name(body["dag_id"]), pool_slots)
+        backfill = api.create_backfill(body)
+    except AirflowApiError as exc:  # unreachable, or a request refused: no backfill was created
+        print(f"primus backfill: {exc}", file=sys.stderr)
+        return 1
     print(f"backfill {backfill['id']} created for {body['dag_id']}", flush=True)
     if not args.wait:
         return 0

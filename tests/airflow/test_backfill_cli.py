@@ -105,3 +105,18 @@ def test_an_unusable_password_file_or_connection_is_one_line_naming_it(tmp_path)
             _credentials(list(argv), {}, secrets)
     with pytest.raises(ValueError, match=r"primus_airflow_api.json: expected a JSON connection object, not valid"):
         _credentials([], {"primus_airflow_api": '{"password": "x"'}, secrets)
+
+
+def test_an_api_that_is_no_url_or_does_not_answer_is_one_line(tmp_path, monkeypatch, capsys):
+    from tests.fixtures._proc import free_port
+
+    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path))
+    window = ["--from", "2026-11-01T01:00Z", "--to", "2026-11-01T03:00Z"]
+    assert main(["backfill", _spec(tmp_path), *window, "--api", "airflow:8080"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "primus backfill: --api: expected an http(s) URL like http://host:8080, got 'airflow:8080'"
+    )
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert main(["backfill", _spec(tmp_path), *window, "--api", url, "--user", "u"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"primus backfill: Airflow API {url}: ") and "refused" in err[0]
