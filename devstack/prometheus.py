@@ -5,10 +5,16 @@ kubernetes_sd_configs), so the stack writes its own ``<dir>/prometheus.yml``: Pr
 plus file-based discovery of ``<dir>/targets/*.json`` (the embedded default's executors and
 trainers that serve /metrics on 127.0.0.1, as in config/prometheus/prometheus.yml's
 ``primus-local`` job), and the rules of config/prometheus/primus-rules.yml.
+
+Its API and UI ask for the stack's login (``--web.config.file``: basic auth, the password as a
+bcrypt hash); its scrape of itself logs in with the same. Clients get it as the connection
+``primus_prometheus`` (``<dir>/secrets``, ``AIRFLOW_CONN_PRIMUS_PROMETHEUS``).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -28,6 +34,9 @@ rule_files:
   - {rules}
 scrape_configs:
   - job_name: prometheus
+    basic_auth:
+      username: {user}
+      password_file: {password_file}
     static_configs:
       - targets: ["127.0.0.1:{port}"]
   - job_name: primus-local
@@ -37,9 +46,23 @@ scrape_configs:
 """
 
 
+def web_config(user: str, password: str) -> str:
+    """``--web.config.file`` with one basic-auth user; Prometheus wants the password as a bcrypt
+    hash: the C library's, through ``crypt`` (deprecated, still in Python 3.11's library)."""
+    import crypt
+
+    return f"basic_auth_users:\n  {user}: {crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n"
+
+
+def authorized(url: str, user: str, password: str) -> urllib.request.Request:
+    """A request to ``url`` with the basic-auth header of ``user``."""
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return urllib.request.Request(url, headers={"Authorization": f"Basic {basic}"})
+
+
 class Prometheus:
-    def __init__(self, root: Path, port: int, run_dir: Path, log_dir: Path) -> None:
-        self.root, self.port = root, port
+    def __init__(self, root: Path, port: int, run_dir: Path, log_dir: Path, user: str, password: str) -> None:
+        self.root, self.port, self.user, self.password = root, port, user, password
         self.targets = root / "targets"
         self.daemon = Daemon("prometheus", run_dir, log_dir)
 
@@ -47,22 +70,40 @@ class Prometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def connection(self) -> str:
+        conn = {"conn_type": "http", "host": "127.0.0.1", "port": self.port, "login": self.user}
+        return json.dumps({**conn, "password": self.password})
+
     def ready(self) -> bool:
-        with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as reply:
+        with urllib.request.urlopen(authorized(f"{self.url}/-/ready", self.user, self.password), timeout=2) as reply:
             return reply.status == 200
+
+    def _private(self, name: str, text: str) -> Path:
+        path = self.root / name
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(text)
+        return path
 
     def start(self, timeout: float = 60.0) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus not installed: run scripts/install-system.sh (Debian's prometheus)")
         self.targets.mkdir(parents=True, exist_ok=True)
+        password_file = self._private("scrape-password", self.password)
+        web = self._private("web.yml", web_config(self.user, self.password))
         config = self.root / "prometheus.yml"
-        config.write_text(CONFIG.format(rules=RULES, port=self.port, targets=self.targets))
+        config.write_text(
+            CONFIG.format(
+                rules=RULES, port=self.port, targets=self.targets, user=self.user, password_file=password_file
+            )
+        )
         args = [
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={self.root / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--web.config.file={web}",
             "--log.level=warn",
         ]
         self.daemon.spawn(args, dict(os.environ), cwd=self.root)

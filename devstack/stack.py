@@ -89,7 +89,9 @@ class Stack:
         self.s = s = settings
         self.run_dir, self.log_dir = s.dir / "run", s.dir / "logs"
         self.postgres = Postgres(s.dir / "postgres", s.postgres_port, self.run_dir, self.log_dir)
-        self.prometheus = Prometheus(s.dir / "prometheus", s.prometheus_port, self.run_dir, self.log_dir)
+        self.prometheus = Prometheus(
+            s.dir / "prometheus", s.prometheus_port, self.run_dir, self.log_dir, USER, s.password
+        )
         self.kafka = Daemon("kafka", self.run_dir, self.log_dir)
         self.airflow = Airflow(s.dir / "airflow", s.airflow_port, self.run_dir, self.log_dir, s.password)
 
@@ -105,6 +107,7 @@ class Stack:
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.worker_log_port),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.trigger_log_port),
             "AIRFLOW_CONN_PRIMUS_AIRFLOW_API": self.airflow.connection(),
+            "AIRFLOW_CONN_PRIMUS_PROMETHEUS": self.prometheus.connection(),
             "PRIMUS_SECRETS_DIR": str(self.secrets_dir()),  # the same connection for `primus backfill`
             "PRIMUS_ROOT": str(ROOT),
             "PRIMUS_HOME": str(s.dir / "primus"),
@@ -121,10 +124,12 @@ class Stack:
         }
 
     def secrets_dir(self) -> Path:
-        """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json``."""
+        """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json`` and
+        ``primus_prometheus.json``."""
         directory = self.s.dir / "secrets"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         (directory / "primus_airflow_api.json").write_text(self.airflow.connection())
+        (directory / "primus_prometheus.json").write_text(self.prometheus.connection())
         return directory
 
     def write_client_files(self) -> None:
@@ -278,7 +283,7 @@ class Stack:
                 f"Airflow UI      {self.airflow.url}   login: {USER} / {s.password}",
                 f"Kafka           127.0.0.1:{s.kafka_port}",
                 f"PostgreSQL      127.0.0.1:{s.postgres_port} (Airflow's metadata database)",
-                f"Prometheus      {self.prometheus.url}",
+                f"Prometheus      {self.prometheus.url}   login: {USER} / {s.password}",
                 f"state           {s.dir}   (source {s.dir / 'env.sh'} to use it; `make down` stops it)",
             ]
         )

@@ -66,6 +66,18 @@ StorageCredentials = S3Credentials | WebHdfsCredentials
 
 
 @dataclass(frozen=True)
+class HttpLogin:
+    """An HTTP API's address and login, from an HTTP connection as Airflow's HttpHook reads one (the
+    host, with its scheme or ``schema``, and port; ``login``/``password``: basic auth; ``extra.token``:
+    a bearer token)."""
+
+    url: str | None = None
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class Connection:
     """One connection as Airflow stores it; ``password`` and ``extra`` stay out of reprs (logs)."""
 
@@ -199,6 +211,9 @@ class Resolver:
     def kafka(self, conn_id: str | None, where: str = "kafka.connection_id") -> dict[str, str]:
         return kafka_config(self.connection(conn_id, where)) if conn_id else {}
 
+    def http(self, conn_id: str, where: str = "connection") -> HttpLogin:
+        return http_login(self.connection(conn_id, where))
+
     def mountable(self, conn_ids: Iterable[str]) -> list[Connection]:
         """The named connections this source has, and the default storage connection when it has
         one: what a role started on this host gets as its secret files."""
@@ -265,6 +280,19 @@ def storage_credentials(conn: Connection) -> StorageCredentials:
     raise CredentialsError(
         f"connection {conn.conn_id!r}: type {conn.conn_type!r}, expected one of {sorted(S3_TYPES | HDFS_TYPES)}"
     )
+
+
+def http_login(conn: Connection) -> HttpLogin:
+    """``host`` (``https://h`` or ``h`` with ``schema`` https, else http) and ``port``; the login."""
+    url = None
+    if conn.host:
+        url = conn.host.rstrip("/")
+        if "://" not in url:
+            url = f"{conn.schema if conn.schema in ('http', 'https') else 'http'}://{url}"
+        if conn.port and url.count(":") < 2:
+            url = f"{url}:{conn.port}"
+    token = conn.extra.get("token")
+    return HttpLogin(url, conn.login or None, conn.password if conn.login else None, str(token) if token else None)
 
 
 def kafka_config(conn: Connection) -> dict[str, str]:

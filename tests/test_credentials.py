@@ -117,3 +117,17 @@ def test_job_paths_complete_the_database_url_and_defer_an_unresolved_store(tmp_p
     url = JobPaths.for_job(job).ledger
     assert (url.username, url.password, url.host) == ("svc", "pw@1", "db") and "pw@1" not in str(url)
     assert os.environ.get("AWS_ACCESS_KEY_ID") != "AK"  # nothing reached the environment
+
+
+def test_an_http_connection_gives_the_url_and_login_as_airflows_http_hook_reads_them():
+    from primus_lib.credentials import Connection, HttpLogin, http_login
+
+    assert http_login(Connection("p", "http", host="prom", port=9090, login="u", password="pw")) == HttpLogin(
+        "http://prom:9090", "u", "pw"
+    )
+    assert http_login(Connection("p", "http", host="prom.example", schema="https")).url == "https://prom.example"
+    assert http_login(Connection("p", "http", host="https://prom.example:8443/", port=1)).url == (
+        "https://prom.example:8443"
+    )
+    token = http_login(Connection("p", "http", host="prom", extra={"token": "t0k"}))
+    assert (token.login, token.password, token.token) == (None, None, "t0k") and "t0k" not in repr(token)

@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from devstack.proc import free_port
+from devstack.prometheus import authorized
 from tests.fixtures._require import cache_dir, missing
 from tests.fixtures.airflow import copy_dags
 
@@ -123,7 +125,20 @@ def test_up_is_healthy_idempotent_and_down_up_keeps_the_state(stack_env):
     assert {k: v["status"] for k, v in health.items()} == dict.fromkeys(
         ("metadatabase", "scheduler", "triggerer", "dag_processor"), "healthy"
     )
-    assert _get(f"http://127.0.0.1:{env['PRIMUS_STACK_PROMETHEUS_PORT']}/-/ready")[0] == 200
+    prometheus = f"http://127.0.0.1:{env['PRIMUS_STACK_PROMETHEUS_PORT']}"
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the stack's login, or nothing
+        _get(f"{prometheus}/-/ready")
+    assert refused.value.code == 401
+    with urllib.request.urlopen(authorized(f"{prometheus}/-/ready", "admin", PASSWORD), timeout=10) as reply:
+        assert reply.status == 200
+    assert f"Prometheus      {prometheus}   login: admin / {PASSWORD}" in first.stdout
+    from primus_lib.credentials import Connection, http_login
+    from primus_lib.metrics.readers import PrometheusEndpoint, PrometheusReader
+
+    mounted = json.loads((state / "secrets" / "primus_prometheus.json").read_text())
+    login = http_login(Connection("primus_prometheus", **mounted))
+    endpoint = PrometheusEndpoint.of(None, login, "primus_prometheus")
+    assert endpoint.url == prometheus and PrometheusReader(endpoint, "any").query("vector(3)") == 3.0
     from confluent_kafka.admin import AdminClient, NewTopic
 
     bootstrap = f"127.0.0.1:{env['PRIMUS_STACK_KAFKA_PORT']}"

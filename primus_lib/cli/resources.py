@@ -22,6 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cpu", help="resize: cores per worker (2, 500m)")
     parser.add_argument("--memory", help="resize: memory per worker (4Gi)")
     parser.add_argument("--prometheus", help="autoscale: Prometheus URL (default: the job's metrics snapshots)")
+    parser.add_argument(
+        "--prometheus-conn-id",
+        metavar="ID",
+        help="autoscale: an HTTP connection with Prometheus's login (and its URL when --prometheus is not given)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,8 +65,29 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("primus resources rebalance: the spec names no spec.resources.clusters")
         print(json.dumps(backend.rebalance(), indent=1))
     else:
+        from primus_lib.metrics.readers import PrometheusError
         from primus_lib.scaling.step import scaling_step
 
-        decisions = scaling_step(job, prometheus_url=args.prometheus, backend=backend)
+        try:
+            prometheus = _prometheus(args)
+        except ValueError as exc:  # the connection is missing or unusable (CredentialsError), or has no host
+            print(f"primus resources autoscale: {exc}", file=sys.stderr)
+            return 2
+        try:
+            decisions = scaling_step(job, prometheus=prometheus, backend=backend)
+        except PrometheusError as exc:
+            print(f"primus resources autoscale: {exc}", file=sys.stderr)
+            return 1
         print(json.dumps([d.to_dict() for d in decisions], indent=1, default=str))
     return 0
+
+
+def _prometheus(args: argparse.Namespace):
+    """--prometheus, with the login of --prometheus-conn-id (whose host is the URL without --prometheus)."""
+    from primus_lib.credentials import current
+    from primus_lib.metrics.readers import PrometheusEndpoint
+
+    if not args.prometheus_conn_id:
+        return args.prometheus
+    where = f"--prometheus-conn-id {args.prometheus_conn_id!r}"
+    return PrometheusEndpoint.of(args.prometheus, current().http(args.prometheus_conn_id, where), where)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import requests
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -152,20 +152,50 @@ def _fresh_snapshots(where: StorageLocation, since: float) -> Iterator[str]:
             continue
 
 
+class PrometheusError(RuntimeError):
+    """Prometheus refused or failed a query; the message names the server, the query and why."""
+
+
+@dataclass(frozen=True)
+class PrometheusEndpoint:
+    """A Prometheus HTTP API and its login: basic auth (``login``/``password``) or a bearer ``token``
+    (a server behind ``--web.config.file``, an auth proxy, a hosted service)."""
+
+    url: str
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, url: str | None, login, where: str) -> PrometheusEndpoint:
+        """``url``, else the connection's own, with the connection's login (``credentials.HttpLogin``,
+        from the connection ``where`` names)."""
+        address = url or login.url
+        if not address:
+            raise ValueError(f"{where}: the connection has no host, and no Prometheus URL was given")
+        return cls(address, login.login, login.password, login.token)
+
+
 class PrometheusReader(MetricsReader):
     """Instant and range queries against a Prometheus server's HTTP API (/api/v1/query[_range])."""
 
     def __init__(
         self,
-        url: str,
+        endpoint: str | PrometheusEndpoint,
         job: str,
         role: str = "data_executor",
         timeout: float = 10.0,
         session: requests.Session | None = None,
     ) -> None:
         super().__init__(job, role)
-        self.url, self.timeout = url.rstrip("/"), timeout
+        endpoint = endpoint if isinstance(endpoint, PrometheusEndpoint) else PrometheusEndpoint(endpoint)
+        self.url, self.timeout = endpoint.url.rstrip("/"), timeout
         self.session = session or requests.Session()
+        self.logs_in = bool(endpoint.token or endpoint.login)
+        if endpoint.token:
+            self.session.headers["Authorization"] = f"Bearer {endpoint.token}"
+        elif endpoint.login:
+            self.session.auth = (endpoint.login, endpoint.password or "")
 
     def _sel(self, role: str) -> str:
         return f'{{{n.JOB_LABEL}="{self.job}",{n.ROLE_LABEL}="{role}"}}'
@@ -176,13 +206,16 @@ class PrometheusReader(MetricsReader):
         return float(data["result"][0]["value"][1]) if data["result"] else None
 
     def _data(self, reply: requests.Response, promql: str) -> dict:
+        if reply.status_code in (401, 403):  # the body of a refusal says nothing more
+            why = "check the login of its connection" if self.logs_in else "it asks for a login: give its connection"
+            raise PrometheusError(f"Prometheus {self.url}: query {promql!r} refused ({reply.status_code}): {why}")
         if reply.status_code != 200:
-            raise RuntimeError(
+            raise PrometheusError(
                 f"Prometheus {self.url}: query {promql!r} answered {reply.status_code}: {reply.text[:300]}"
             )
         body = reply.json()
         if body.get("status") != "success":
-            raise RuntimeError(f"Prometheus {self.url}: query {promql!r} failed: {body}")
+            raise PrometheusError(f"Prometheus {self.url}: query {promql!r} failed: {body}")
         return body["data"]
 
     def snapshot(self) -> Snapshot | None:

@@ -10,6 +10,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from primus_lib.allocation import allocations_dir, record_allocation, role_resources
 from primus_lib.metrics.readers import (
     MetricsReader,
+    PrometheusEndpoint,
     PrometheusReader,
     RegistryReader,
     TextfileReader,
@@ -32,12 +33,12 @@ class _StoreOnly:
 
 
 def reader_for(
-    job: PrimusJob, role: str, prometheus_url: str | None, registry: CollectorRegistry = REGISTRY
+    job: PrimusJob, role: str, prometheus: str | PrometheusEndpoint | None, registry: CollectorRegistry = REGISTRY
 ) -> MetricsReader:
-    """Prometheus when a URL is given; else the snapshots in the job's metrics dir (executors and
-    trainers in other processes); else this process's registry."""
-    if prometheus_url:
-        return PrometheusReader(prometheus_url, job.name, role)
+    """Prometheus when given (a URL, or an endpoint with its login); else the snapshots in the job's
+    metrics dir (executors and trainers in other processes); else this process's registry."""
+    if prometheus:
+        return PrometheusReader(prometheus, job.name, role)
     metrics_dir = JobPaths.for_job(job).metrics_dir
     if has_snapshots(metrics_dir):
         return TextfileReader(job.name, metrics_dir, role)
@@ -47,7 +48,7 @@ def reader_for(
 def scaling_step(
     job: PrimusJob,
     *,
-    prometheus_url: str | None = None,
+    prometheus: str | PrometheusEndpoint | None = None,
     pool_actuator: Actuator | None = None,
     backend=None,
     registry: CollectorRegistry = REGISTRY,
@@ -60,7 +61,7 @@ def scaling_step(
         store = ScalingStore(allocations_dir(job) / BATCH_ROLE)
         manager = ScalingManager(
             job,
-            reader_for(job, BATCH_ROLE, prometheus_url, registry),
+            reader_for(job, BATCH_ROLE, prometheus, registry),
             actuator,
             role=BATCH_ROLE,
             store=store,
@@ -74,7 +75,7 @@ def scaling_step(
         store = ScalingStore(allocations_dir(job) / STREAM_ROLE)
         manager = ScalingManager(
             job,
-            reader_for(job, STREAM_ROLE, prometheus_url, registry),
+            reader_for(job, STREAM_ROLE, prometheus, registry),
             BackendActuator(backend),
             role=STREAM_ROLE,
             store=store,

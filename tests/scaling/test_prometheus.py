@@ -125,7 +125,7 @@ def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(
     prometheus_server.wait_for(f"{n.TRAINER_SAMPLES}{{{sel}}} == {rows}", 1, timeout=120)
     prometheus_server.wait_for(f"{n.TRAINER_STARVED}{{{sel}}} == 1", 1, timeout=60)
 
-    reader = PrometheusReader(prometheus_server.url, JOB)
+    reader = PrometheusReader(prometheus_server.endpoint, JOB)
     snap = reader.snapshot()
     # what Prometheus scraped equals what the processes reported: the executors' own snapshot files ...
     files = TextfileReader(JOB, paths.metrics_dir).snapshot()
@@ -174,3 +174,35 @@ def test_recording_rules_are_valid():
         text=True,
     )
     assert done.returncode == 0 and "SUCCESS: 4 rules found" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_reader_logs_in_and_a_refusal_says_which_login_is_missing(prometheus_server, tmp_path, monkeypatch, capsys):
+    """Prometheus behind basic auth: no login and a wrong one are refused in one line each; the CLI's
+    --prometheus-conn-id (an HTTP connection: host, login, password) reads it."""
+    from primus_lib.cli.main import main
+    from primus_lib.metrics.readers import PrometheusEndpoint, PrometheusError
+    from tests.fixtures import connections
+    from tests.fixtures.prometheus import LOGIN
+
+    with pytest.raises(PrometheusError, match=r"refused \(401\): it asks for a login: give its connection$"):
+        PrometheusReader(prometheus_server.url, JOB).query("up")
+    with pytest.raises(PrometheusError, match=r"refused \(401\): check the login of its connection"):
+        PrometheusReader(PrometheusEndpoint(prometheus_server.url, LOGIN, "wrong"), JOB).query("up")
+    assert PrometheusReader(prometheus_server.endpoint, JOB).query("vector(7)") == 7.0
+
+    spec, _ = scraped_job(tmp_path, monkeypatch)
+    host, port = prometheus_server.url.removeprefix("http://").split(":")
+    login = {
+        "conn_type": "http",
+        "host": host,
+        "port": int(port),
+        "login": LOGIN,
+        "password": prometheus_server.password,
+    }
+    connections.mount(monkeypatch, tmp_path / "secrets", {"prom": login, "prom_wrong": {**login, "password": "x"}})
+    assert main(["resources", "autoscale", str(spec), "--prometheus-conn-id", "prom"]) == 0
+    capsys.readouterr()
+    assert main(["resources", "autoscale", str(spec), "--prometheus-conn-id", "prom_wrong"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"primus resources autoscale: Prometheus {prometheus_server.url}: query ")
+    assert err.endswith("refused (401): check the login of its connection")

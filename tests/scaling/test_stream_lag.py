@@ -216,7 +216,7 @@ def test_a_real_executor_reports_its_lag_and_is_scaled_only_while_behind(
     TrainerMetrics(name, registry=trainer).observe_step(wait_seconds=0.9, total_seconds=1.0)  # starved
     write_snapshot(metrics_dir, "trainer-0", trainer)
     files = TextfileReader(name, metrics_dir, role=STREAM_ROLE)
-    prom = PrometheusReader(prometheus_server.url, name, STREAM_ROLE)
+    prom = PrometheusReader(prometheus_server.endpoint, name, STREAM_ROLE)
 
     def lag(reader) -> float | None:
         snap = reader.snapshot()

@@ -24,18 +24,21 @@ class PrimusScalerSensor(BaseSensorOperator):
     :param prometheus_url: a Prometheus server scraping the executors and trainers (templated);
         None reads the snapshots in the job's metrics dir (embedded default), else the
         in-process registry (``primus_lib.scaling.step.reader_for``).
+    :param prometheus_conn_id: an HTTP connection with that server's login (basic auth, or a bearer
+        token in its extra ``token``) and, without ``prometheus_url``, its address.
     :param airflow_conn_id: an HTTP connection to Airflow's API server (host/port, login/password)
         for the pool API; a missing connection skips the pool change (logged).
     :param scale_stream_executors: also scale/resize the stream executors through the backend.
     """
 
-    template_fields = ("spec_path", "prometheus_url")
+    template_fields = ("spec_path", "prometheus_url", "prometheus_conn_id")
 
     def __init__(
         self,
         *,
         spec_path: str,
         prometheus_url: str | None = None,
+        prometheus_conn_id: str | None = None,
         airflow_conn_id: str = API_CONNECTION,
         scale_stream_executors: bool = True,
         **kwargs: Any,
@@ -47,7 +50,7 @@ class PrimusScalerSensor(BaseSensorOperator):
         kwargs.setdefault("retries", 2)
         kwargs.setdefault("retry_delay", timedelta(seconds=10))
         super().__init__(**kwargs)
-        self.spec_path, self.prometheus_url = spec_path, prometheus_url
+        self.spec_path, self.prometheus_url, self.prometheus_conn_id = spec_path, prometheus_url, prometheus_conn_id
         self.airflow_conn_id, self.scale_stream_executors = airflow_conn_id, scale_stream_executors
 
     def _pool_actuator(self, job):
@@ -59,6 +62,16 @@ class PrimusScalerSensor(BaseSensorOperator):
             self.log.warning("no connection %r: pool slots will not be changed", self.airflow_conn_id)
             return None
         return PoolActuator(api, pool_name(job.name))
+
+    def _prometheus(self):
+        """The URL, with the login of ``prometheus_conn_id`` (inside ``using``: Airflow's connections)."""
+        if not self.prometheus_conn_id:
+            return self.prometheus_url
+        from primus_lib.credentials import current
+        from primus_lib.metrics.readers import PrometheusEndpoint
+
+        where = f"prometheus_conn_id {self.prometheus_conn_id!r}"
+        return PrometheusEndpoint.of(self.prometheus_url, current().http(self.prometheus_conn_id, where), where)
 
     def poke(self, context: Any) -> PokeReturnValue:
         from primus_lib.credentials import using
@@ -75,7 +88,7 @@ class PrimusScalerSensor(BaseSensorOperator):
             backend = backend_for(job, self.spec_path)
         with using(airflow_resolver()):  # snapshots and resources.json may be on the job's shared storage
             decisions = scaling_step(
-                job, prometheus_url=self.prometheus_url, pool_actuator=self._pool_actuator(job), backend=backend
+                job, prometheus=self._prometheus(), pool_actuator=self._pool_actuator(job), backend=backend
             )
         for decision in decisions:
             self.log.info("scaling decision: %s", decision.to_dict())
