@@ -67,25 +67,33 @@ def run(args: argparse.Namespace) -> int:
     if args.port and len(streams) > 1:
         print("primus executor: --port with several streams: give --stream", file=sys.stderr)
         return 2
+    from confluent_kafka import KafkaException
+
     services = []
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         for name in streams:
-            service = ExecutorService(
-                job,
-                name,
-                index,
-                replicas,
-                host=args.host,
-                port=args.port,
-                advertise=args.advertise,
-                capacity_rows=args.buffer_rows,
-                poll_rows=args.poll_rows,
-                discovery=discovery_for(job, name),
-                lease=args.lease_seconds or LEASE_SECONDS,
-            )
+            try:
+                service = ExecutorService(
+                    job,
+                    name,
+                    index,
+                    replicas,
+                    host=args.host,
+                    port=args.port,
+                    advertise=args.advertise,
+                    capacity_rows=args.buffer_rows,
+                    poll_rows=args.poll_rows,
+                    discovery=discovery_for(job, name),
+                    lease=args.lease_seconds or LEASE_SECONDS,
+                )
+            except KafkaException as exc:  # the broker did not answer within the retries (a minute)
+                error = exc.args[0]
+                why = error.str() if hasattr(error, "str") else str(error)
+                print(f"primus executor: stream {name!r}: Kafka did not answer: {why}", file=sys.stderr)
+                return 1
             services.append(service.start())
             service.report()
             print(
