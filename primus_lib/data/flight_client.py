@@ -58,6 +58,7 @@ from primus_lib.resources.discovery import ExecutorDiscovery
 
 log = logging.getLogger(__name__)
 ERRORS = (flight.FlightError, OSError, pa.ArrowException)
+NO_EXECUTOR_WARNING = 30.0  # seconds without any executor before the reader says so (once, until one comes)
 
 
 class ExecutorStreamReader(StreamReader):
@@ -131,12 +132,23 @@ class ExecutorStreamReader(StreamReader):
 
     def _watch(self) -> None:
         stop = self._stop
+        alone_since, told = time.monotonic(), False  # since when no executor was found; said so once
         while not stop.is_set():
             try:
                 locations = self.locations()
             except Exception:
                 log.exception("executor discovery failed")
                 locations = {}
+            if locations:
+                alone_since, told = time.monotonic(), False
+            elif not told and time.monotonic() - alone_since >= NO_EXECUTOR_WARNING:
+                told = True  # the stream reads nothing until one registers: a person should know why
+                log.warning(
+                    "no stream executor found in %s for %g s: waiting (start them with `primus executor "
+                    "SPEC` or through the job's resource backend)",
+                    self.discovery.describe(),
+                    NO_EXECUTOR_WARNING,
+                )
             self._follow_partitions(locations)
             # pullers first: a new executor reads its start-up share from its attach (seek) on, while
             # the dealing waits for the losers' assigns (dealt first, the added executors sat idle

@@ -73,6 +73,10 @@ class ExecutorDiscovery(ABC):
     def locations(self) -> dict[int, str]:
         """Executor index -> Flight location, of the executors serving now."""
 
+    def describe(self) -> str:
+        """Where the executors are looked for, for a person reading a log line."""
+        return type(self).__name__
+
     def register(self, index: int, location: str, info: dict) -> None:  # noqa: B027 - optional
         """Announce executor ``index`` (called by the executor once it listens)."""
 
@@ -97,6 +101,9 @@ class LocalDiscovery(ExecutorDiscovery):
     @classmethod
     def for_stream(cls, job: PrimusJob, stream: str) -> LocalDiscovery:
         return cls(JobPaths.for_job(job).root / "resources" / "executors" / stream)
+
+    def describe(self) -> str:
+        return f"the registry {self.directory}"
 
     def _path(self, index: int) -> Path:
         return self.directory / f"{index}.json"
@@ -165,6 +172,9 @@ class SharedStateDiscovery(ExecutorDiscovery):
     @classmethod
     def for_stream(cls, job: PrimusJob, stream: str) -> SharedStateDiscovery:
         return cls(JobPaths.for_job(job).state / "executors" / stream)
+
+    def describe(self) -> str:
+        return f"the registry {self.directory}"
 
     def _put(self, index: int, body: dict) -> None:
         # not fsynced: a registry entry is stale seconds after a crash anyway

@@ -39,6 +39,9 @@ class KubernetesDiscovery(ExecutorDiscovery):
         namespace = namespace or job.metadata.namespace or job.spec.resources.namespace
         return cls(executor_service_name(job), namespace, port_name=FLIGHT_PORT_NAME)
 
+    def describe(self) -> str:
+        return f"the ready Endpoints of Service {self.service} in namespace {self.namespace}"
+
     def _core(self):
         from kubernetes import client
 
