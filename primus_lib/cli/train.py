@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -83,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         sample_log=args.sample_log,
         step_delay=args.step_delay,
     )
+    # a long-running process: what it resumed from, why it waits or exits (Primus's own INFO lines;
+    # the libraries' stay at WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("primus", "primus_lib"):  # named loggers ("primus.trainer") and module ones
+        logging.getLogger(name).setLevel(logging.INFO)
     summary = run_trainer(job, options)
     print(summary)
     return 0
