@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from primus_lib.settings import settings
 
@@ -289,7 +290,7 @@ def http_login(conn: Connection) -> HttpLogin:
         url = conn.host.rstrip("/")
         if "://" not in url:
             url = f"{conn.schema if conn.schema in ('http', 'https') else 'http'}://{url}"
-        if conn.port and url.count(":") < 2:
+        if conn.port and urlsplit(url).port is None:
             url = f"{url}:{conn.port}"
     token = conn.extra.get("token")
     return HttpLogin(url, conn.login or None, conn.password if conn.login else None, str(token) if token else None)

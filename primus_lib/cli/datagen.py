@@ -95,11 +95,10 @@ def run(args: argparse.Namespace) -> int:
 def _spec_kafka(job) -> tuple[str | None, dict[str, str]]:
     """The topic of the spec's first Kafka stream source and the librdkafka settings of its
     connection (SASL login, security protocol), resolved as the executors resolve them."""
-    from primus_lib.credentials import current
+    from primus_lib.data.sources.kafka import connection_config
 
     for stream in job.stream_streams:
         for source in stream.sources:
             if source.kafka:
-                where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
-                return source.kafka.topic, current().kafka(source.kafka.connection_id, where)
+                return source.kafka.topic, connection_config(stream, source)
     return None, {}

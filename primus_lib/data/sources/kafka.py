@@ -84,10 +84,17 @@ def client_config(stream: StreamSpec, source: SourceSpec) -> dict[str, str]:
     ``primus_lib.credentials``), then ``kafka.options``."""
     assert source.kafka is not None
     config: dict[str, str] = {"bootstrap.servers": source.kafka.bootstrap_servers}
-    where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
-    config.update(current().kafka(source.kafka.connection_id, where))
+    config.update(connection_config(stream, source))
     config.update(source.kafka.options)
     return config
+
+
+def connection_config(stream: StreamSpec, source: SourceSpec) -> dict[str, str]:
+    """The librdkafka settings of a source's ``kafka.connection_id`` alone (login, security
+    protocol, its own bootstrap list if it names one); {} when it names none."""
+    assert source.kafka is not None
+    where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
+    return current().kafka(source.kafka.connection_id, where)
 
 
 def partition_key(topic: str, partition: int) -> str:
