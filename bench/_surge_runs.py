@@ -36,7 +36,7 @@ import numpy as np
 import psutil
 
 from bench import surge
-from devstack.kafka import KafkaServer, kafka_classpath
+from devstack.kafka import KafkaServer, kafka_classpath, mounted_server
 from primus_lib.scaling.horizontal import STREAM_LAG_MIN_ROWS
 
 ROLE = "stream_executor"
@@ -184,7 +184,7 @@ def best_static_behind(scaled: dict, runs: dict[int, dict]) -> tuple[int | None,
 def compare(args: argparse.Namespace, statics: list[int]) -> dict:
     """The scaled run (from 1 executor), then one static run per count in ``statics``, on one broker."""
     work = Path(tempfile.mkdtemp(prefix="bench-scaling-kafka-"))
-    server = KafkaServer(work / "kafka", kafka_classpath())
+    server = mounted_server(work, kafka_classpath())  # the roles read it with the demo spec's connection
     server.start()
     try:
         scaled = one_run(args, 1, True, server)

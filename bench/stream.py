@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devstack.kafka import KafkaServer, kafka_classpath  # noqa: E402
+from devstack.kafka import KafkaServer, kafka_classpath, mounted_server  # noqa: E402
 from devstack.proc import wait_for_line  # noqa: E402
 from primus_lib.data.flight_client import ExecutorStreamReader  # noqa: E402
 from primus_lib.resources.discovery import LocalDiscovery  # noqa: E402
@@ -49,14 +49,14 @@ RUNS = int(os.environ.get("BENCH_STREAM_RUNS", "2"))
 COUNTS = (1, 2, 4)
 
 
-def produce(bootstrap: str, topic: str) -> None:
+def produce(server: KafkaServer, topic: str) -> None:
     rng = np.random.default_rng(0)
     users, items, cats = rng.integers(0, 10**6, ROWS), rng.integers(0, 10**5, ROWS), rng.integers(0, 500, ROWS)
     prices, ages = rng.random(ROWS) * 100, rng.integers(18, 70, ROWS)
     base = 1_793_491_200_000
     producer = Producer(
         {
-            "bootstrap.servers": bootstrap,
+            **server.client_config(),
             "linger.ms": 20,
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": 1_000_000,
@@ -80,10 +80,10 @@ def produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(60) == 0
 
 
-def floor(bootstrap: str, topic: str) -> float:
+def floor(server: KafkaServer, topic: str) -> float:
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **server.client_config(),
             "group.id": f"floor-{uuid.uuid4().hex[:6]}",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
@@ -138,16 +138,16 @@ def ours(work: Path, bootstrap: str, topic: str, count: int, run: int) -> float:
 
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
-    server = KafkaServer(work / "kafka", kafka_classpath())
+    server = mounted_server(work, kafka_classpath())  # the executors read it with the demo spec's connection
     server.start()
     try:
         topic = "bench-events"
-        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        admin = AdminClient(server.client_config())
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
-        produce(server.bootstrap, topic)
+        produce(server, topic)
         floors, rates = [], {n: [] for n in COUNTS}
         for run in range(RUNS):  # interleaved, so machine load hits every configuration alike
-            floors.append(floor(server.bootstrap, topic))
+            floors.append(floor(server, topic))
             for n in COUNTS:
                 rates[n].append(ours(work, server.bootstrap, topic, n, run))
                 print(f"run {run}: {n} executor(s) {rates[n][-1]:,.0f} rows/s, floor {floors[-1]:,.0f}", flush=True)

@@ -45,7 +45,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devstack.kafka import KafkaServer, kafka_classpath  # noqa: E402
+from devstack.kafka import KafkaServer, kafka_classpath, mounted_server  # noqa: E402
 from primus_lib.data.datagen import generate  # noqa: E402
 from primus_lib.paths import JobPaths  # noqa: E402
 from primus_lib.progress import read_progress  # noqa: E402
@@ -153,7 +153,7 @@ class Producer(threading.Thread):
 
     def __init__(
         self,
-        bootstrap: str,
+        client: dict[str, str],
         schedule: list[tuple[float, float]],
         topic: str = TOPIC,
         sparse_strings: int = 0,
@@ -162,7 +162,7 @@ class Producer(threading.Thread):
         super().__init__(name="producer", daemon=True)
         from confluent_kafka import Producer as KafkaProducer
 
-        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.producer = KafkaProducer({**client, "linger.ms": 20})
         self.schedule, self.produced, self.stop, self.topic = schedule, 0, threading.Event(), topic
         self.bodies = event_bodies(sparse_strings, dense)
 
@@ -209,11 +209,11 @@ def prom_values(path: Path) -> dict[tuple[str, str], float]:
 
 
 class Sampler:
-    def __init__(self, job, bootstrap: str, backend, topic: str = TOPIC) -> None:
+    def __init__(self, job, client: dict[str, str], backend, topic: str = TOPIC) -> None:
         from confluent_kafka import Consumer
 
         self.job, self.backend, self.paths, self.topic = job, backend, JobPaths.for_job(job), topic
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "surge-watermarks"})
+        self.consumer = Consumer({**client, "group.id": "surge-watermarks"})
         self.rows: list[dict] = []
         self.highs: list[tuple[float, int]] = []  # (wall clock, high watermark): the lag at a snapshot's time
 
@@ -347,14 +347,14 @@ def run_surge(
     work = Path(tempfile.mkdtemp(prefix="bench-surge-"))
     owned = server is None
     if server is None:
-        server = KafkaServer(work / "kafka", kafka_classpath())
+        server = mounted_server(work, kafka_classpath())  # the roles read it with the demo spec's connection
         server.start()
     topic = TOPIC if owned else f"{TOPIC}-{work.name}"
     backend = None
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        admin = AdminClient(server.client_config())
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
         bounds = (1, args.max_executors) if scale else (replicas, replicas)
         spec = write_spec(
@@ -375,9 +375,9 @@ def run_surge(
         job = load_job(spec, env={})
         backend = backend_for(job, str(spec))
         backend.submit()
-        sampler = Sampler(job, server.bootstrap, backend, topic)
+        sampler = Sampler(job, server.client_config(), backend, topic)
         schedule = [(args.before, args.base), (args.surge, args.base * args.factor), (args.after, args.base)]
-        producer = Producer(server.bootstrap, schedule, topic, args.sparse_strings, args.dense)
+        producer = Producer(server.client_config(), schedule, topic, args.sparse_strings, args.dense)
         # warm-up: two batch windows (a window's last partial minibatch waits for the next one's rows)
         for hour in range(2):
             when = (T0 + timedelta(hours=hour)).isoformat()

@@ -76,12 +76,14 @@ def reset(job: PrimusJob, spec: str) -> None:
 def _delete_topics(job: PrimusJob) -> list[str]:
     from confluent_kafka.admin import AdminClient
 
+    from primus_lib.data.sources.kafka import client_config
+
     deleted = []
     for stream in job.stream_streams:
         for source in stream.sources:
             if source.kafka is None:
                 continue
-            admin = AdminClient({"bootstrap.servers": source.kafka.bootstrap_servers})
+            admin = AdminClient(client_config(stream, source))  # the source's own login
             existing = set(admin.list_topics(timeout=10).topics)
             names = [t for t in (source.kafka.topic, f"{source.kafka.topic}.dlq") if t in existing]
             if not names:  # a fresh broker: nothing to delete

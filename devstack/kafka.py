@@ -3,17 +3,23 @@
 The jars come from Maven Central (`make infra`: scripts/fetch-kafka.sh, infra/kafka/pom.xml) into
 ``$CACHE/jars/kafka-<version>``. ``KafkaServer`` writes ``server.properties`` and a log4j2 config
 into its directory, formats ``<dir>/data`` with the storage tool (a random cluster id; an already
-formatted dir is kept), runs ``java -cp "<jars>/*" kafka.Kafka server.properties`` with PLAINTEXT
-and CONTROLLER listeners on loopback ports, waits until the broker answers a metadata request,
-and stops it by PID (SIGTERM: Kafka's clean shutdown; SIGKILL if that hangs). ``restart()``
-starts it again on the same ports and data.
+formatted dir is kept), runs ``java -cp "<jars>/*" kafka.Kafka server.properties`` on loopback
+ports, waits until the broker answers a metadata request, and stops it by PID (SIGTERM: Kafka's
+clean shutdown; SIGKILL if that hangs). ``restart()`` starts it again on the same ports and data.
+
+Every listener asks for a login (a ``Login``): clients and the broker itself on the CLIENT
+listener with SCRAM-SHA-256 (the user is added to the metadata when the dir is formatted), the
+KRaft CONTROLLER listener with PLAIN (KRaft cannot keep SCRAM users for its own quorum). The
+password reaches Kafka in ``server.properties`` (mode 0600) and in an argument file the storage
+tool reads (``java @file``, deleted at once), never in a command line.
 
 The command line runs one broker in the foreground until SIGTERM/SIGINT::
 
-    python -m devstack.kafka run --port 19092 --controller-port 19093 --dir DIR [--cache DIR]
+    PRIMUS_KAFKA_PASSWORD=... python -m devstack.kafka run --port 19092 --controller-port 19093 \
+        --dir DIR [--user admin] [--cache DIR]
 
-It prints one line when the broker is ready; a missing fetch or a busy port is one line on
-stderr and exit 2.
+It prints one line when the broker is ready; a missing fetch, a busy port, a missing password or
+a dir formatted for another login is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -21,14 +27,18 @@ from __future__ import annotations
 import argparse
 import base64
 import ctypes
+import hashlib
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.proc import free_port, port_free, port_open, start, stop
@@ -37,6 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "infra" / "kafka" / "pom.xml"
 FETCH_HINT = "run `make infra` or scripts/fetch-kafka.sh"
 HOST = "127.0.0.1"
+PASSWORD_ENV = "PRIMUS_KAFKA_PASSWORD"
+CONN_ID = "primus_kafka"  # the connection the demo spec's Kafka source names
+MECHANISM = "SCRAM-SHA-256"
+# Characters the login may not hold: they would need escaping in server.properties, in JAAS and in
+# the storage tool's ``[name=..,password=..]``; a refusal is clearer than three escape rules.
+UNSAFE = re.compile(r'[\s"\\,\[\]=]')
 # A small heap; serial GC and the C1 compiler only start faster on 2 cores (~1 s of ~5) and use
 # less memory; a development broker never runs hot enough for C2 to pay off.
 JVM_OPTS = ["-Xmx512m", "-Xms256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
@@ -60,6 +76,53 @@ class KafkaUnavailable(RuntimeError):
 
 class PortInUse(RuntimeError):
     """A port the broker must listen on is taken."""
+
+
+class LoginMismatch(RuntimeError):
+    """The data dir was formatted without this login (or for another one)."""
+
+
+@dataclass(frozen=True)
+class Login:
+    """The one user of a development broker: the broker's own login and every client's."""
+
+    user: str
+    password: str
+
+    def __post_init__(self) -> None:
+        for name, value in (("user", self.user), ("password", self.password)):
+            if not value or UNSAFE.search(value):
+                raise ValueError(f"Kafka {name}: expected a non-empty value without whitespace or any of '\"\\,[]='")
+
+    def __repr__(self) -> str:
+        return f"Login(user={self.user!r}, password=***)"
+
+    def client_config(self, bootstrap: str) -> dict[str, str]:
+        """librdkafka settings of a client of this broker."""
+        return {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": MECHANISM,
+            "sasl.username": self.user,
+            "sasl.password": self.password,
+        }
+
+    def connection(self, bootstrap: str) -> dict:
+        """The broker as an Airflow connection (what ``primus_lib.credentials.kafka_config`` reads)."""
+        host, _, port = bootstrap.rpartition(":")
+        extra = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": MECHANISM}
+        return {
+            "conn_type": "kafka",
+            "host": host,
+            "port": int(port),
+            "login": self.user,
+            "password": self.password,
+            "extra": extra,
+        }
+
+    def fingerprint(self) -> str:
+        """What the data dir was formatted for (kept beside server.properties, 0600)."""
+        return hashlib.sha256(f"{self.user}\0{self.password}".encode()).hexdigest()
 
 
 def default_cache() -> Path:
@@ -90,16 +153,30 @@ def random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def server_properties(data: Path, port: int, controller_port: int, host: str = HOST) -> str:
+def server_properties(data: Path, port: int, controller_port: int, login: Login, host: str = HOST) -> str:
+    user, password = login.user, login.password
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
     settings = {
         "process.roles": "broker,controller",
         "node.id": 1,
         "controller.quorum.voters": f"1@{host}:{controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"CLIENT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"CLIENT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "CLIENT",
+        "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        "listener.name.client.sasl.enabled.mechanisms": MECHANISM,
+        "listener.name.client.scram-sha-256.sasl.jaas.config": (
+            f'{scram} required username="{user}" password="{password}";'
+        ),
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{plain} required username="{user}" password="{password}" user_{user}="{password}";'
+        ),
         "log.dirs": data,
         "num.partitions": 1,
         "default.replication.factor": 1,
@@ -120,6 +197,23 @@ def server_properties(data: Path, port: int, controller_port: int, host: str = H
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (it may hold the login)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file of another mode
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def write_connection(directory: Path, connection: dict, conn_id: str = CONN_ID) -> Path:
+    """``<directory>/<conn_id>.json``, readable by its owner only: a broker's login as a role process
+    finds it under ``$PRIMUS_SECRETS_DIR`` (``primus_lib.credentials.SecretFiles``)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / f"{conn_id}.json"
+    _write_private(path, json.dumps(connection))
+    return path
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL (Linux only)."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -129,18 +223,20 @@ class KafkaServer:
     """One KRaft node (broker + controller) in ``root``: formatted once, startable again.
 
     ``port``/``controller_port`` default to free loopback ports; given ones must be free
-    (PortInUse names the one that is not).
+    (PortInUse names the one that is not). A dir formatted for another ``login`` (or before
+    brokers asked for one) raises LoginMismatch naming what to remove.
     """
 
     def __init__(
         self,
         root: Path,
         classpath: str,
+        login: Login,
         port: int | None = None,
         controller_port: int | None = None,
         die_with_parent: bool = False,
     ):
-        self.root, self.classpath = Path(root), classpath
+        self.root, self.classpath, self.login = Path(root), classpath, login
         self.die_with_parent = die_with_parent and sys.platform.startswith("linux")
         for name, wanted in (("port", port), ("controller port", controller_port)):
             if wanted is not None and not port_free(wanted, HOST):
@@ -149,10 +245,13 @@ class KafkaServer:
         self.controller_port = controller_port if controller_port is not None else free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self.root / "data"
+        self.formatted_for = self.root / "login.sha256"
+        if (self.data / "meta.properties").exists():
+            self._check_login()
         self.config = self.root / "server.properties"
-        self.config.write_text(server_properties(self.data, self.port, self.controller_port))
+        _write_private(self.config, server_properties(self.data, self.port, self.controller_port, login))
         self.log = self.root / "kafka.log"  # the broker's own log (log4j2)
         self.stdout = self.root / "kafka.stdout.log"  # JVM output (crashes before logging starts)
         (self.root / "log4j2.properties").write_text(LOG4J2.format(log=self.log))
@@ -160,21 +259,42 @@ class KafkaServer:
         if not (self.data / "meta.properties").exists():
             self._format()
 
+    def _check_login(self) -> None:
+        found = self.formatted_for.read_text().strip() if self.formatted_for.exists() else None
+        if found != self.login.fingerprint():
+            why = "another login" if found else "a broker without a login"
+            raise LoginMismatch(f"{self.data} was formatted for {why}: remove it to start a fresh broker")
+
     def _format(self) -> None:
-        fmt = self._command(
-            "kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}", "-c", str(self.config)
+        scram = f"{MECHANISM}=[name={self.login.user},password={self.login.password}]"
+        arguments = self.root / "format.args"  # `java @file`: the password stays out of the command line
+        _write_private(
+            arguments,
+            f'kafka.tools.StorageTool\nformat\n--cluster-id={random_cluster_id()}\n-c\n"{self.config}"\n--add-scram\n"{scram}"\n',
         )
-        done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
+        try:
+            done = subprocess.run([*self._command(), f"@{arguments}"], capture_output=True, text=True, timeout=120)
+        finally:
+            arguments.unlink(missing_ok=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting {self.data} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        _write_private(self.formatted_for, self.login.fingerprint() + "\n")
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
 
-    def _command(self, main: str, *args: str) -> list[str]:
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings of a client of this broker (its address and the login)."""
+        return self.login.client_config(self.bootstrap)
+
+    def write_connection(self, directory: Path, conn_id: str = CONN_ID) -> Path:
+        """This broker's login as the secret file ``<directory>/<conn_id>.json``."""
+        return write_connection(directory, self.login.connection(self.bootstrap), conn_id)
+
+    def _command(self, *main_and_args: str) -> list[str]:
         log4j = f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}"
-        return ["java", *JVM_OPTS, log4j, "-cp", self.classpath, main, *args]
+        return ["java", *JVM_OPTS, log4j, "-cp", self.classpath, *main_and_args]
 
     def ready(self) -> bool:
         """The broker answers a metadata request and lists itself (not just an open port)."""
@@ -182,7 +302,7 @@ class KafkaServer:
             return False
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.connection.setup.timeout.ms": 2000})
+        admin = AdminClient({**self.client_config(), "socket.connection.setup.timeout.ms": "2000"})
         return 1 in admin.list_topics(timeout=2).brokers
 
     def start(self, timeout: float = 90.0) -> None:
@@ -210,6 +330,15 @@ class KafkaServer:
         return int(re.search(r"VmRSS:\s+(\d+) kB", fields).group(1)) * 1024  # type: ignore[union-attr]
 
 
+def mounted_server(root: Path, classpath: str, user: str = "primus") -> KafkaServer:
+    """A broker (not started) with a fresh random login, that login mounted as ``root/secrets/
+    primus_kafka.json`` and ``$PRIMUS_SECRETS_DIR`` of this process (and its children) pointed
+    there: a bench's own broker, reached by its roles as a deployed job's roles reach theirs."""
+    server = KafkaServer(root / "kafka", classpath, Login(user, secrets.token_urlsafe(18)))
+    os.environ["PRIMUS_SECRETS_DIR"] = str(server.write_connection(root / "secrets").parent)
+    return server
+
+
 class _Interrupted(BaseException):
     """SIGTERM/SIGINT reached the launcher: stop the broker and exit 0."""
 
@@ -220,7 +349,7 @@ def _interrupt(signum: int, _frame) -> None:
     raise _Interrupted(signum)
 
 
-def run(port: int, controller_port: int, root: Path, cache: Path | None, timeout: float) -> int:
+def run(port: int, controller_port: int, root: Path, login: Login, cache: Path | None, timeout: float) -> int:
     """Run one broker in the foreground until SIGTERM/SIGINT; return the exit status."""
     name = "devstack.kafka"
     signal.signal(signal.SIGTERM, _interrupt)
@@ -228,8 +357,8 @@ def run(port: int, controller_port: int, root: Path, cache: Path | None, timeout
     server: KafkaServer | None = None
     try:
         try:
-            server = KafkaServer(root, kafka_classpath(cache), port, controller_port, die_with_parent=True)
-        except (KafkaUnavailable, PortInUse) as exc:
+            server = KafkaServer(root, kafka_classpath(cache), login, port, controller_port, die_with_parent=True)
+        except (KafkaUnavailable, PortInUse, LoginMismatch) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return 2
         try:
@@ -239,7 +368,8 @@ def run(port: int, controller_port: int, root: Path, cache: Path | None, timeout
             return 1
         print(
             f"{name}: Apache Kafka {kafka_version()} (KRaft) ready on {server.bootstrap} "
-            f"(controller {HOST}:{server.controller_port}, dir {server.root}, log {server.log})",
+            f"(SASL {MECHANISM}, user {login.user}; controller {HOST}:{server.controller_port}, "
+            f"dir {server.root}, log {server.log})",
             flush=True,
         )
         while True:
@@ -261,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.kafka", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run one KRaft broker in the foreground until SIGTERM/SIGINT")
-    run_p.add_argument("--port", type=int, required=True, help=f"the PLAINTEXT listener on {HOST}")
+    run_p.add_argument("--port", type=int, required=True, help=f"the CLIENT listener on {HOST} (SASL {MECHANISM})")
     run_p.add_argument("--controller-port", type=int, required=True, help=f"the CONTROLLER listener on {HOST}")
+    run_p.add_argument("--user", default="admin", help=f"the login's user (default admin; password: ${PASSWORD_ENV})")
     run_p.add_argument("--dir", type=Path, required=True, help="config, logs and data (reused when formatted)")
     run_p.add_argument(
         "--cache", type=Path, default=None, help="where the jars are (default: $PRIMUS_CACHE or ~/.cache/primus)"
@@ -272,7 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.port == args.controller_port:
         print(f"devstack.kafka: --port and --controller-port are both {args.port}", file=sys.stderr)
         return 2
-    return run(args.port, args.controller_port, args.dir.resolve(), args.cache, args.timeout)
+    password = os.environ.get(PASSWORD_ENV, "")
+    try:
+        login = Login(args.user, password)
+    except ValueError as exc:
+        why = f"set ${PASSWORD_ENV} (the login's password; never a flag)" if not password else str(exc)
+        print(f"devstack.kafka: {why}", file=sys.stderr)
+        return 2
+    return run(args.port, args.controller_port, args.dir.resolve(), login, args.cache, args.timeout)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ The API of the stack (other tools start it with ``python -m devstack.stack up``)
   ``PRIMUS_STACK_KAFKA_CONTROLLER_PORT`` (19093), ``PRIMUS_STACK_POSTGRES_PORT`` (15432),
   ``PRIMUS_STACK_PROMETHEUS_PORT`` (19090), ``PRIMUS_STACK_WORKER_LOG_PORT`` (18793),
   ``PRIMUS_STACK_TRIGGER_LOG_PORT`` (18794).
-- ``PRIMUS_STACK_PASSWORD`` (the admin password, default ``primus-admin``),
+- ``PRIMUS_STACK_PASSWORD`` (the admin password of Airflow, Prometheus and Kafka, default
+  ``primus-admin``; the connections ``primus_airflow_api``, ``primus_prometheus`` and
+  ``primus_kafka`` carry it),
   ``PRIMUS_STACK_DAGS_DIR`` (default ``<repo>/dags``), ``PRIMUS_JOBS_DIR`` (default
   ``<repo>/config/jobs``), ``PRIMUS_STACK_PARALLELISM`` (Airflow task slots, default 3),
   ``PRIMUS_CACHE`` (the Kafka jars, default ``~/.cache/primus``).
@@ -44,6 +46,7 @@ from pathlib import Path
 
 from devstack.airflow import USER, Airflow, airflow_env
 from devstack.daemon import Daemon
+from devstack.kafka import PASSWORD_ENV, Login
 from devstack.postgres import Postgres
 from devstack.proc import port_free
 from devstack.prometheus import Prometheus
@@ -93,6 +96,7 @@ class Stack:
             s.dir / "prometheus", s.prometheus_port, self.run_dir, self.log_dir, USER, s.password
         )
         self.kafka = Daemon("kafka", self.run_dir, self.log_dir)
+        self.kafka_login = Login(USER, s.password)  # the broker asks every client for it (SCRAM-SHA-256)
         self.airflow = Airflow(s.dir / "airflow", s.airflow_port, self.run_dir, self.log_dir, s.password)
 
     # -- what clients need ----------------------------------------------------------------------
@@ -108,6 +112,7 @@ class Stack:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.trigger_log_port),
             "AIRFLOW_CONN_PRIMUS_AIRFLOW_API": self.airflow.connection(),
             "AIRFLOW_CONN_PRIMUS_PROMETHEUS": self.prometheus.connection(),
+            "AIRFLOW_CONN_PRIMUS_KAFKA": self.kafka_connection(),
             "PRIMUS_SECRETS_DIR": str(self.secrets_dir()),  # the same connection for `primus backfill`
             "PRIMUS_ROOT": str(ROOT),
             "PRIMUS_HOME": str(s.dir / "primus"),
@@ -123,13 +128,18 @@ class Stack:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
 
+    def kafka_connection(self) -> str:
+        """The broker as the connection ``primus_kafka`` (the demo spec's Kafka source names it)."""
+        return json.dumps(self.kafka_login.connection(f"127.0.0.1:{self.s.kafka_port}"))
+
     def secrets_dir(self) -> Path:
-        """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json`` and
-        ``primus_prometheus.json``."""
+        """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json``,
+        ``primus_prometheus.json`` and ``primus_kafka.json``."""
         directory = self.s.dir / "secrets"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         (directory / "primus_airflow_api.json").write_text(self.airflow.connection())
         (directory / "primus_prometheus.json").write_text(self.prometheus.connection())
+        (directory / "primus_kafka.json").write_text(self.kafka_connection())
         return directory
 
     def write_client_files(self) -> None:
@@ -218,10 +228,13 @@ class Stack:
             str(self.s.kafka_controller_port),
             "--dir",
             str(self.s.dir / "kafka"),
+            "--user",
+            self.kafka_login.user,
             "--cache",
             cache,
         ]
-        self.kafka.spawn(args, {**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), PASSWORD_ENV: self.kafka_login.password}
+        self.kafka.spawn(args, env, cwd=ROOT)
         return mark
 
     def _airflow_healthy(self) -> bool:
@@ -281,7 +294,7 @@ class Stack:
         return "\n".join(
             [
                 f"Airflow UI      {self.airflow.url}   login: {USER} / {s.password}",
-                f"Kafka           127.0.0.1:{s.kafka_port}",
+                f"Kafka           127.0.0.1:{s.kafka_port}   login: {USER} / {s.password} (SASL SCRAM-SHA-256)",
                 f"PostgreSQL      127.0.0.1:{s.postgres_port} (Airflow's metadata database)",
                 f"Prometheus      {self.prometheus.url}   login: {USER} / {s.password}",
                 f"state           {s.dir}   (source {s.dir / 'env.sh'} to use it; `make down` stops it)",
@@ -304,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="state directory (default $PRIMUS_STACK_DIR or .primus/stack)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds `up` waits for Airflow's health")
     args = parser.parse_args(argv)
-    stack = Stack(Settings.from_env(args.dir))
+    settings = Settings.from_env(args.dir)
+    try:
+        stack = Stack(settings)
+    except ValueError as exc:  # a stack password Kafka's login cannot carry
+        print(f"{NAME}: PRIMUS_STACK_PASSWORD: {exc}", file=sys.stderr)
+        return 2
     if args.command != "status":  # one up/down at a time per state dir
         stack.run_dir.mkdir(parents=True, exist_ok=True)
         lock = open(stack.run_dir / ".lock", "w")  # held until this process exits

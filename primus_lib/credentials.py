@@ -44,6 +44,10 @@ class CredentialsError(ValueError):
     """A connection that cannot be found or used; the message names it, never its secret."""
 
 
+class LoginRefused(Exception):
+    """A server refused the login a connection holds (a wrong password, an unknown user)."""
+
+
 @dataclass(frozen=True)
 class S3Credentials:
     """An S3 store's keys, endpoint and region. None fields are unset (no keys: the SDK's default

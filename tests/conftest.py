@@ -29,6 +29,7 @@ pytest_plugins: list[str] = [
 # fixture name -> the marker of the server it starts
 SERVER_FIXTURES: dict[str, str] = {
     "kafka_broker": "kafka",
+    "kafka_server": "kafka",
     "s3_server": "s3",
     "s3_env": "s3",
     "kube_apiserver": "kube",

@@ -184,7 +184,8 @@ def test_every_role_in_its_own_process_and_directory_trains_every_sample_once(
 
     ports = [free_port(), free_port()]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRIMUS_", "AWS_"))}
-    env.update(s3_server.env(), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # the store and the broker's login as the roles' mounted secret files (one directory, as a pod mounts one)
+    env.update(s3_server.env(tmp_path / "secrets"), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env["PRIMUS_STREAM_EXECUTORS"] = ",".join(f"grpc://127.0.0.1:{p}" for p in ports)
     # The trainer's sample log is the test's own observation channel (not state the roles
     # share): both trainer incarnations append to it, so it lives outside their private dirs.

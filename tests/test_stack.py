@@ -139,10 +139,23 @@ def test_up_is_healthy_idempotent_and_down_up_keeps_the_state(stack_env):
     login = http_login(Connection("primus_prometheus", **mounted))
     endpoint = PrometheusEndpoint.of(None, login, "primus_prometheus")
     assert endpoint.url == prometheus and PrometheusReader(endpoint, "any").query("vector(3)") == 3.0
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from primus_lib.credentials import kafka_config
+
     bootstrap = f"127.0.0.1:{env['PRIMUS_STACK_KAFKA_PORT']}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with pytest.raises(KafkaException):  # the broker asks for a login
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    kafka = kafka_config(
+        Connection("primus_kafka", **json.loads((state / "secrets" / "primus_kafka.json").read_text()))
+    )
+    assert kafka["bootstrap.servers"] == bootstrap and kafka["sasl.password"] == PASSWORD
+    assert f"Kafka           {bootstrap}   login: admin / {PASSWORD}" in first.stdout
+    assert json.loads(_client_env(state)["AIRFLOW_CONN_PRIMUS_KAFKA"]) == json.loads(
+        (state / "secrets" / "primus_kafka.json").read_text()
+    )
+    admin = AdminClient(kafka)
     assert 1 in admin.list_topics(timeout=10).brokers
     admin.create_topics([NewTopic("stack-kept", 1, 1)])["stack-kept"].result(30)
     client_env = _client_env(state)
@@ -175,7 +188,7 @@ def test_up_is_healthy_idempotent_and_down_up_keeps_the_state(stack_env):
     assert set(_pids(state).values()).isdisjoint(pids.values())
     api = AirflowApi(airflow, "admin", PASSWORD)
     assert api.request("GET", "/api/v2/variables/primus-stack-test")["value"] == "kept"
-    assert "stack-kept" in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    assert "stack-kept" in AdminClient(kafka).list_topics(timeout=10).topics
 
 
 def _client_env(state: Path) -> dict[str, str]:

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", metavar="SPEC", help="PrimusJob spec; its timer gives the default range")
     parser.add_argument("--start", help="ISO instant (UTC); default the timer's start")
     parser.add_argument("--end", help="ISO instant (UTC, exclusive); default the timer's end (or start + 2 days)")
-    parser.add_argument("--rows-per-hour", type=int, default=3000, help="mean impressions per hour")
+    parser.add_argument("--rows-per-hour", type=integer(1), default=3000, help="mean impressions per hour")
     parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--out", help="output root; default $PRIMUS_DATA")
     parser.add_argument("--world", help="world overrides key=value,... (see docs/datagen.md), e.g. pop_drift=0.5")
@@ -47,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         start = parse_utc(args.start, "--start") if args.start else start
         end = parse_utc(args.end, "--end") if args.end else end
+        for flag, given, instant in (("--start", args.start, start), ("--end", args.end, end)):
+            if given and instant.timestamp() % 3600:
+                raise ValueError(f"{flag} {given}: expected a whole hour (the partitions are hourly)")
+        if end <= start:
+            raise ValueError(f"--end {iso(end)} is not after --start {iso(start)}")
         config = world_config(args.world)
     except ValueError as exc:
         print(f"primus datagen: {exc}", file=sys.stderr)

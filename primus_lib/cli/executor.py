@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from confluent_kafka import KafkaException
 
+    from primus_lib.credentials import LoginRefused
+
     services = []
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -89,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
                     discovery=discovery_for(job, name),
                     lease=args.lease_seconds or LEASE_SECONDS,
                 )
-            except KafkaException as exc:  # the broker did not answer within the retries (a minute)
+            except KafkaException as exc:  # a refused login, or no answer within the retries (a minute)
                 error = exc.args[0]
                 why = error.str() if hasattr(error, "str") else str(error)
-                print(f"primus executor: stream {name!r}: Kafka did not answer: {why}", file=sys.stderr)
+                what = "" if isinstance(exc, LoginRefused) else "Kafka did not answer: "
+                print(f"primus executor: stream {name!r}: {what}{why}", file=sys.stderr)
                 return 1
             services.append(service.start())
             service.report()

@@ -8,6 +8,7 @@ import sys
 
 from primus_lib import __version__
 from primus_lib.commands import SUBCOMMANDS
+from primus_lib.credentials import LoginRefused
 from primus_lib.resources.base import ResourceError
 from primus_lib.spec.errors import SpecError
 from primus_lib.train.checkpoint.safe_load import UnsafeCheckpointError
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"primus {args.command}: {exc}", file=sys.stderr)
         return 1
     except ResourceError as exc:  # a backend could not do it: the message names the job, role and cause
+        print(f"primus {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except LoginRefused as exc:  # a connection's login, refused by its server: the message names both
         print(f"primus {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -285,8 +285,7 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         job = with_world_features(job, world.extra_features, world.extra_cardinality)
-    options.out.mkdir(parents=True, exist_ok=True)
-    report = Report(options.out, [r.name for r in options.runs])
+    report = Report(options.out, [r.name for r in options.runs])  # --out is made when the report is written
     timelines: dict[int, Timeline] = {}
     for seed in options.seeds:
         data = options.data
@@ -329,6 +328,7 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
                 observer.finished(line)
             else:
                 print(line, flush=True)
+    options.out.mkdir(parents=True, exist_ok=True)
     report.write(job, start, end, timelines[next(iter(timelines))], options)
     return report
 

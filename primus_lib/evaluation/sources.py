@@ -200,7 +200,7 @@ def _read_kafka(job, stream: StreamSpec, source: SourceSpec, spec: KafkaSpec, le
     (a private group that commits nothing; malformed messages are counted, not dead-lettered)."""
     from confluent_kafka import KafkaException
 
-    from primus_lib.data.sources.kafka import KafkaStreamReader
+    from primus_lib.data.sources.kafka import KafkaLoginRefused, KafkaStreamReader
 
     options = {"log_level": "0", **spec.options}  # errors come back as one line, not librdkafka's log
     kafka = spec.model_copy(update={"startup": "earliest", "options": options})
@@ -210,6 +210,8 @@ def _read_kafka(job, stream: StreamSpec, source: SourceSpec, spec: KafkaSpec, le
         reader = KafkaStreamReader(
             job, stream, source, group_id=f"primus-eval-{os.getpid()}-{time.time_ns()}", dead_letters=letters
         )
+    except KafkaLoginRefused as exc:  # its message names the topic, the broker and the connection
+        raise EvalInputError(str(exc)) from None
     except KafkaException as exc:
         raise EvalInputError(f"{topic}: {_line(exc)}") from None
     try:

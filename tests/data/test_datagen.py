@@ -130,9 +130,17 @@ def test_cli(tmp_path, monkeypatch, capsys):
     assert main(["datagen", str(spec), "--rows-per-hour", "100", "--seed", "3"]) == 0
     assert "wrote 2 hours" in capsys.readouterr().out
     assert (tmp_path / "data" / "impressions" / "20261101" / "01" / "_SUCCESS").exists()
+    capsys.readouterr()
     assert main(["datagen", str(spec), "--start", "2026-11-01T05:00:00Z", "--end", "2026-11-01T04:00:00Z"]) == 2
-    with pytest.raises(SystemExit):
-        main(["datagen", str(spec), "--rows-per-hour", "x"])
+    assert "--end 2026-11-01T04:00:00Z is not after --start 2026-11-01T05:00:00Z" in capsys.readouterr().err
+    # an hour's partition holds the whole hour: a range that cuts one is refused, not floored
+    out = tmp_path / "cut"
+    assert main(["datagen", str(spec), "--out", str(out), "--start", "2026-11-01T00:30:00Z"]) == 2
+    err = capsys.readouterr().err
+    assert "--start 2026-11-01T00:30:00Z: expected a whole hour" in err and not out.exists()
+    for bad in ("x", "0"):
+        with pytest.raises(SystemExit):
+            main(["datagen", str(spec), "--rows-per-hour", bad])
 
 
 def test_late_clicks_resent_on_the_stream(tmp_path):
@@ -249,7 +257,8 @@ def test_a_stream_the_broker_never_confirms_fails_the_run(tmp_path, monkeypatch,
 
     monkeypatch.setattr(write, "FLUSH_SECONDS", 2)
     spec = write_spec(
-        tmp_path / "job.yaml", job_doc(hours=1, lag="1h", stream=kafka_stream(f"127.0.0.1:{free_port()}", "ev"))
+        tmp_path / "job.yaml",
+        job_doc(hours=1, lag="1h", stream=kafka_stream(f"127.0.0.1:{free_port()}", "ev", connection_id=None)),
     )
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     assert main(["datagen", str(spec), "--rows-per-hour", "50", "--kafka", f"127.0.0.1:{free_port()}", "-q"]) == 1

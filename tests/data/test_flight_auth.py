@@ -135,7 +135,7 @@ def executor(tmp_path):
 
 
 def _committed(broker, topic: str) -> dict[str, int]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}"})
+    consumer = Consumer(broker.config({"group.id": f"g-{topic}"}))
     try:
         got = consumer.committed([TopicPartition(topic, 0)], timeout=10)
     finally:

@@ -60,9 +60,7 @@ def test_earliest_reads_every_partition_and_dead_letters_malformed(kafka_broker,
         reader.commit(reader.position())  # flushes the dead letters first
     finally:
         reader.close()
-    dlq = Consumer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": "dlq-check", "auto.offset.reset": "earliest"}
-    )
+    dlq = Consumer(kafka_broker.config({"group.id": "dlq-check", "auto.offset.reset": "earliest"}))
     dlq.assign([TopicPartition(f"{topic}.dlq", 0, 0)])
     letters = []
     deadline = time.monotonic() + 15
@@ -229,7 +227,7 @@ def test_lag_asks_the_broker_twice_for_all_partitions_not_twice_a_partition(kafk
             lags = reader.lag()
         assert lags == {f"{topic}/{p}": 10 + p for p in range(7)} | {f"{topic}/7": 0}
         assert list_offsets_requests() - before == 2 * 5  # was 2 x 8 partitions a call
-        admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+        admin = AdminClient(kafka_broker.config())
         for future in admin.delete_records([TP(topic, 0, 4)]).values():
             future.result()  # retention removed offsets 0-3 of partition 0, not read yet
         assert reader.lag()[f"{topic}/0"] == 10 - 4
@@ -251,13 +249,9 @@ def test_connection_settings_from_a_mounted_secret_reach_the_consumer(kafka_brok
     )
     stream = job.stream("realtime")
     source = stream.sources[0]
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
-    conn = {
-        "conn_type": "primus_kafka",
-        "host": kafka_broker.bootstrap,
-        "extra": {"config": {"client.id": "from-conn"}},
-    }
+    secrets = tmp_path / "secrets"  # the kafka_broker fixture's
+    conn = kafka_broker.connection(conn_type="primus_kafka", host=kafka_broker.bootstrap, port=None)
+    conn["extra"] = {**conn["extra"], "config": {"client.id": "from-conn"}}
     (secrets / "events.json").write_text(json.dumps(conn))
     monkeypatch.setenv("PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS", json.dumps({"client.id": "from-env"}))  # never read
     monkeypatch.setenv("PRIMUS_SECRETS_DIR", str(secrets))

@@ -86,7 +86,7 @@ def _pull(reader, want: int, timeout: float = 180.0) -> list[str]:
 
 
 def _committed(broker, topic, group, partitions) -> dict[str, int]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    consumer = Consumer(broker.config({"group.id": group}))
     try:
         got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     finally:

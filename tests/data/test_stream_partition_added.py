@@ -30,7 +30,7 @@ MARGIN_S = 5.0  # a loaded 2-core machine: the broker's metadata, a pull's timeo
 
 def _add_partition(broker, topic: str, total: int) -> float:
     """Grow ``topic`` to ``total`` partitions; the monotonic time the broker answered it had."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient(broker.config())
     for future in admin.create_partitions([NewPartitions(topic, total)]).values():
         future.result(15)
     added = time.monotonic()

@@ -60,7 +60,8 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
     from primus_lib.resources import backend_for
     from primus_lib.resources.table import read_json, resources_dir
 
-    access, secret, sasl = f"AK{secrets.token_hex(8)}", f"SK{secrets.token_hex(16)}", f"SASL{secrets.token_hex(12)}"
+    access, secret = f"AK{secrets.token_hex(8)}", f"SK{secrets.token_hex(16)}"
+    sasl = kafka_broker.login.password  # the broker asks for it: the roles cannot read the stream without it
     (tmp_path / "s3").mkdir()
     weed, s3_url = start_seaweedfs(tmp_path / "s3", access, secret)
     backend = None
@@ -68,14 +69,9 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         bucket = f"primus-{uuid.uuid4().hex[:8]}"
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         # the connections as mounted secret files: the store (the default storage connection) and the
-        # Kafka source's SASL login (the test broker ignores it: its security.protocol stays plaintext)
+        # Kafka source's SASL login
         s3 = {"conn_type": "aws", "login": access, "password": secret, "extra": {"endpoint_url": s3_url}}
-        kafka = {
-            "conn_type": "primus_kafka",
-            "login": "primus",
-            "password": sasl,
-            "extra": {"security_protocol": "PLAINTEXT", "config": {"sasl.mechanism": "PLAIN"}},
-        }
+        kafka = kafka_broker.connection(conn_type="primus_kafka")
         connections.mount(monkeypatch, tmp_path / "secrets", {"primus_storage_default": s3, "events_sasl": kafka})
         import pyarrow.fs as pafs
 

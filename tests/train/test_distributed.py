@@ -270,9 +270,7 @@ def test_two_ranks_split_kafka_partitions_and_commit_after_checkpoint(kafka_brok
                 checkpointed[key] = offset
     assert progress["stream_position"]["realtime"]  # rank 0 wrote the positions of every rank
     assert sum(checkpointed.values()) == len(events)  # everything read; the untrained remainder is in the checkpoint
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": default_group(job, job.stream("realtime"))}
-    )
+    consumer = Consumer(kafka_broker.config({"group.id": default_group(job, job.stream("realtime"))}))
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
     finally:

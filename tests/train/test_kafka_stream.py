@@ -41,9 +41,7 @@ def test_datagen_to_kafka_then_online_training(kafka_broker, tmp_path, monkeypat
     # the group's committed offset is the checkpointed position (pending rows are in the checkpoint)
     progress = json.loads(JobPaths.for_job(job).progress.read_text())
     checkpointed = progress["stream_position"]["realtime"][0]["offsets"][f"{topic}/0"]
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": default_group(job, job.stream("realtime"))}
-    )
+    consumer = Consumer(kafka_broker.config({"group.id": default_group(job, job.stream("realtime"))}))
     try:
         committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
     finally:

@@ -209,7 +209,10 @@ class _KafkaOut:
     def __init__(self, config: dict[str, str], topic: str):
         from confluent_kafka import Producer
 
-        self.producer = Producer({"linger.ms": 20, "enable.idempotence": False, **config})
+        from primus_lib.data.sources.kafka import LoginWatch
+
+        self.login = LoginWatch(f"kafka topic {topic!r} at {config.get('bootstrap.servers')}")
+        self.producer = Producer({"linger.ms": 20, "enable.idempotence": False, **config, "error_cb": self.login})
         self.topic = topic
         self.sent = self.failed = 0
         self.error: object = None  # the first delivery error
@@ -237,6 +240,8 @@ class _KafkaOut:
         queued = self.producer.flush(FLUSH_SECONDS)
         if queued or self.failed:
             first = f" (first error: {self.error})" if self.error is not None else ""
+            if self.login.refused is not None:  # served by flush: the reason nothing was delivered
+                first = f" ({self.login.who}: the broker refused the login: {self.login.refused.str()})"
             raise DeliveryError(
                 f"datagen: the partitions and stream file under {out} are complete, but Kafka topic "
                 f"{self.topic!r} confirmed {self.sent - queued - self.failed} of {self.sent} messages within "

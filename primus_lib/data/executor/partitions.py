@@ -8,11 +8,9 @@ executor started after the addition lists the partitions in the same order as on
 
 from __future__ import annotations
 
-from functools import partial
-
 from confluent_kafka import Consumer
 
-from primus_lib.data.sources.kafka import client_config, retrying
+from primus_lib.data.sources.kafka import LoginWatch, client_config, login_description
 from primus_lib.spec.job import PrimusJob
 
 
@@ -25,10 +23,12 @@ def stream_partitions(job: PrimusJob, stream_name: str) -> list[tuple[int, int]]
             raise ValueError(
                 f"stream {stream_name!r} source {source.name!r}: stream executors serve Kafka sources only"
             )
-        consumer = Consumer({**client_config(stream, source), "group.id": "primus-metadata"})
+        client = client_config(stream, source)
+        login = LoginWatch(login_description(stream, source, client["bootstrap.servers"]))
+        consumer = Consumer({**client, "group.id": "primus-metadata", "error_cb": login})
         try:
             topic = source.kafka.topic
-            meta = retrying(partial(consumer.list_topics, topic, timeout=10)).topics.get(topic)
+            meta = login.first_metadata(consumer, topic).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 raise RuntimeError(f"topic {topic!r} not found ({getattr(meta, 'error', None)})")
             found += [(i, p) for p in meta.partitions]

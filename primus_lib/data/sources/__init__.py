@@ -45,13 +45,14 @@ def open_partitions(
         return {f"replay/{source_spec.name}": open_stream(job, stream_spec, source_spec)}
     from confluent_kafka import Consumer
 
-    from primus_lib.data.sources.kafka import client_config, partition_key
+    from primus_lib.data.sources.kafka import LoginWatch, client_config, login_description, partition_key
 
     topic = source_spec.kafka.topic
     client = client_config(stream_spec, source_spec)
-    probe = Consumer({**client, "group.id": "primus-probe"})
+    login = LoginWatch(login_description(stream_spec, source_spec, client["bootstrap.servers"]))
+    probe = Consumer({**client, "group.id": "primus-probe", "error_cb": login})
     try:
-        meta = probe.list_topics(topic, timeout=10).topics.get(topic)
+        meta = login.first_metadata(probe, topic).topics.get(topic)
     finally:
         probe.close()
     if meta is None or meta.error is not None or not meta.partitions:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
-from primus_lib.credentials import current
+from primus_lib.credentials import LoginRefused, current
 from primus_lib.data.sources.deadletter import DeadLetters, KafkaDeadLetters
 from primus_lib.data.sources.decode import conform
 from primus_lib.data.sources.messages import decode_messages
@@ -70,6 +70,47 @@ def retrying(call: Callable[[], T], timeout: float = 60.0) -> T:
     raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
+class KafkaLoginRefused(KafkaException, LoginRefused):
+    """The broker refused the client's SASL login: asking again cannot help."""
+
+    def __str__(self) -> str:
+        return self.args[0].str()
+
+
+class LoginWatch:
+    """A client's ``error_cb``: librdkafka tells a refused SASL login only to that callback (a
+    request just times out as a transport failure) and serves it only from ``poll``. The first
+    request of a client is asked through ``first_metadata``, so a wrong password is one clear error
+    within seconds, not a minute of retries ending in "broker transport failure"."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who  # the client, for the message: the source and its connection
+        self.refused: KafkaError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self.refused = error
+
+    def check(self) -> None:
+        """Raise KafkaLoginRefused if the broker has refused the login (after a poll served the callback)."""
+        if self.refused is not None:
+            reason = f"{self.who}: the broker refused the login ({self.refused.str()})"
+            raise KafkaLoginRefused(KafkaError(KafkaError._AUTHENTICATION, reason, fatal=True))
+
+    def first_metadata(self, consumer: Consumer, topic: str, timeout: float = 60.0):
+        """``consumer.list_topics(topic)`` of a consumer that has nothing assigned yet, asked again
+        while the broker is away (up to ``timeout``); KafkaLoginRefused as soon as the login is refused."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return consumer.list_topics(topic, timeout=1.0)
+            except KafkaException as exc:
+                consumer.poll(0)  # nothing assigned: serves the callbacks, reads no message
+                self.check()
+                if not _transient(exc) or time.monotonic() > deadline:
+                    raise
+
+
 def _checked(answer: list[TopicPartition]) -> list[TopicPartition]:
     """A per-partition answer, raising the first partition's error (retried if transient)."""
     for tp in answer:
@@ -95,6 +136,13 @@ def connection_config(stream: StreamSpec, source: SourceSpec) -> dict[str, str]:
     assert source.kafka is not None
     where = f"spec.dataset.streams[{stream.name}].sources[{source.name}].kafka.connection_id"
     return current().kafka(source.kafka.connection_id, where)
+
+
+def login_description(stream: StreamSpec, source: SourceSpec, bootstrap: str) -> str:
+    """Who logs in, for a refused login's message: the topic, the broker and the connection."""
+    assert source.kafka is not None
+    conn = source.kafka.connection_id
+    return f"kafka topic {source.kafka.topic!r} at {bootstrap}" + (f" (connection {conn!r})" if conn else "")
 
 
 def partition_key(topic: str, partition: int) -> str:
@@ -123,8 +171,10 @@ class KafkaStreamReader(StreamReader):
         self.group_id = group_id or self.spec.group_id or default_group(job, stream)
         client = client_config(stream, source)
         self.bootstrap = client["bootstrap.servers"]
+        self.login = LoginWatch(login_description(stream, source, self.bootstrap))
         config = {
             **client,
+            "error_cb": self.login,
             "group.id": self.group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -142,7 +192,8 @@ class KafkaStreamReader(StreamReader):
         self._next: dict[str, int] = {}
         self.last_offsets: tuple[list[str], np.ndarray] = ([], np.empty(0, np.int64))
         try:
-            self.partitions = sorted(partitions) if partitions is not None else self._all_partitions()
+            listed = self._all_partitions()  # the reader's first request: a refused login says so here
+            self.partitions = sorted(partitions) if partitions is not None else listed
             self.dead_letters = dead_letters or KafkaDeadLetters(self.bootstrap, f"{self.topic}.dlq", client)
             self.consumer.assign(self._start_offsets())
         except BaseException:  # a reader that failed to open must not leave its consumer behind
@@ -150,7 +201,7 @@ class KafkaStreamReader(StreamReader):
             raise
 
     def _all_partitions(self) -> list[int]:
-        meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        meta = self.login.first_metadata(self.consumer, self.topic).topics.get(self.topic)
         if meta is None or meta.error is not None or not meta.partitions:
             raise KafkaException(f"topic {self.topic!r} not found at {self.bootstrap} ({getattr(meta, 'error', None)})")
         return sorted(meta.partitions)
