@@ -8,7 +8,9 @@ trainers that serve /metrics on 127.0.0.1, as in config/prometheus/prometheus.ym
 
 Its API and UI ask for the stack's login (``--web.config.file``: basic auth, the password as a
 bcrypt hash); its scrape of itself logs in with the same. Clients get it as the connection
-``primus_prometheus`` (``<dir>/secrets``, ``AIRFLOW_CONN_PRIMUS_PROMETHEUS``).
+``primus_prometheus`` (``<dir>/secrets``, ``AIRFLOW_CONN_PRIMUS_PROMETHEUS``). It scrapes the
+roles' /metrics with the bearer token of the stack's ``secrets/metrics.token`` (made once, 0600),
+the roles' own mounted secret: they serve only to it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shutil
 import signal
 import urllib.request
@@ -40,6 +43,8 @@ scrape_configs:
     static_configs:
       - targets: ["127.0.0.1:{port}"]
   - job_name: primus-local
+    authorization:
+      credentials_file: {token_file}
     file_sd_configs:
       - files: ["{targets}/*.json"]
         refresh_interval: 10s
@@ -61,8 +66,11 @@ def authorized(url: str, user: str, password: str) -> urllib.request.Request:
 
 
 class Prometheus:
-    def __init__(self, root: Path, port: int, run_dir: Path, log_dir: Path, user: str, password: str) -> None:
+    def __init__(
+        self, root: Path, port: int, run_dir: Path, log_dir: Path, user: str, password: str, metrics_token: Path
+    ) -> None:
         self.root, self.port, self.user, self.password = root, port, user, password
+        self.metrics_token_file = metrics_token
         self.targets = root / "targets"
         self.daemon = Daemon("prometheus", run_dir, log_dir)
 
@@ -73,6 +81,16 @@ class Prometheus:
     def connection(self) -> str:
         conn = {"conn_type": "http", "host": "127.0.0.1", "port": self.port, "login": self.user}
         return json.dumps({**conn, "password": self.password})
+
+    def metrics_token(self) -> Path:
+        """The bearer token it presents to the roles' /metrics (made once, kept across up/down)."""
+        path = self.metrics_token_file
+        if not path.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(24))
+        return path
 
     def ready(self) -> bool:
         with urllib.request.urlopen(authorized(f"{self.url}/-/ready", self.user, self.password), timeout=2) as reply:
@@ -95,7 +113,12 @@ class Prometheus:
         config = self.root / "prometheus.yml"
         config.write_text(
             CONFIG.format(
-                rules=RULES, port=self.port, targets=self.targets, user=self.user, password_file=password_file
+                rules=RULES,
+                port=self.port,
+                targets=self.targets,
+                user=self.user,
+                password_file=password_file,
+                token_file=self.metrics_token(),
             )
         )
         args = [

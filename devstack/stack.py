@@ -93,7 +93,13 @@ class Stack:
         self.run_dir, self.log_dir = s.dir / "run", s.dir / "logs"
         self.postgres = Postgres(s.dir / "postgres", s.postgres_port, self.run_dir, self.log_dir)
         self.prometheus = Prometheus(
-            s.dir / "prometheus", s.prometheus_port, self.run_dir, self.log_dir, USER, s.password
+            s.dir / "prometheus",
+            s.prometheus_port,
+            self.run_dir,
+            self.log_dir,
+            USER,
+            s.password,
+            s.dir / "secrets" / "metrics.token",  # the roles' /metrics serve only to it
         )
         self.kafka = Daemon("kafka", self.run_dir, self.log_dir)
         self.kafka_login = Login(USER, s.password)  # the broker asks every client for it (SCRAM-SHA-256)
@@ -134,12 +140,14 @@ class Stack:
 
     def secrets_dir(self) -> Path:
         """The stack's mounted connections (docs/contracts.md): ``primus_airflow_api.json``,
-        ``primus_prometheus.json`` and ``primus_kafka.json``."""
+        ``primus_prometheus.json`` and ``primus_kafka.json``; and ``metrics.token``, Prometheus's
+        scrape token."""
         directory = self.s.dir / "secrets"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         (directory / "primus_airflow_api.json").write_text(self.airflow.connection())
         (directory / "primus_prometheus.json").write_text(self.prometheus.connection())
         (directory / "primus_kafka.json").write_text(self.kafka_connection())
+        self.prometheus.metrics_token()
         return directory
 
     def write_client_files(self) -> None:

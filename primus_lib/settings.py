@@ -70,7 +70,8 @@ class Settings(BaseSettings):
         ge=1,
         le=65535,
         validation_alias="PRIMUS_METRICS_PORT",
-        description="Also serve /metrics on 127.0.0.1:<port + worker offset> (unset: snapshot files only).",
+        description="Also serve /metrics on 127.0.0.1:<port + worker offset> to scrapers presenting the bearer "
+        "token of $PRIMUS_SECRETS_DIR/metrics.token (unset: snapshot files only).",
     )
     cgroup: str | None = Field(
         None,

@@ -83,12 +83,17 @@ def test_mounted_files_and_build_inputs_exist():
 
 def test_prometheus_configuration_passes_promtool(tmp_path):
     """docker/prometheus.yml as Prometheus would load it, with the rules file at its mount point
-    replaced by the repository's."""
+    replaced by the repository's and the scrape token's by a file here."""
     rules = ROOT / "config" / "prometheus" / "primus-rules.yml"
     text = (ROOT / "docker" / "prometheus.yml").read_text()
     assert "/etc/prometheus/primus-rules.yml" in text
     config = tmp_path / "prometheus.yml"
-    config.write_text(text.replace("/etc/prometheus/primus-rules.yml", str(rules)))
+    token = "/var/lib/primus/prometheus/metrics.token"  # written by airflow-init on the shared volume
+    assert token in text
+    (tmp_path / "metrics.token").write_text("t")
+    config.write_text(
+        text.replace("/etc/prometheus/primus-rules.yml", str(rules)).replace(token, str(tmp_path / "metrics.token"))
+    )
     done = subprocess.run(
         [_tool("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60
     )

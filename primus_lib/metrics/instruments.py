@@ -3,17 +3,21 @@
 Usage (an executor)::
 
     metrics = ExecutorMetrics(job="ctr-demo", worker="3", cpu_limit=2, memory_limit=4 * 2**30)
-    serve(port)                                # optional: expose /metrics for Prometheus
+    serve(port, token)                         # optional: expose /metrics for Prometheus
     metrics.observe_buffer(fill_rows, capacity_rows)
     metrics.observe_process()                  # CPU of this process, RSS of its tree
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import psutil
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from primus_lib.metrics import names as n
 from primus_lib.metrics.registry import registered
@@ -23,9 +27,31 @@ from primus_lib.storage import Where, locate
 _LABELS = (n.JOB_LABEL, n.ROLE_LABEL, n.WORKER_LABEL)
 
 
-def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY):
-    """Expose ``registry`` on http://addr:port/metrics; returns (server, thread)."""
-    return start_http_server(port, addr=addr, registry=registry)
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """A scrape every few seconds is not news."""
+
+
+def serve(port: int, token: str, addr: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY):
+    """Expose ``registry`` on http://addr:port/metrics to a scraper presenting ``Authorization:
+    Bearer <token>`` (Prometheus: ``authorization.credentials_file``); any other request gets 401
+    before the registry is read. Returns (server, thread): ``server.shutdown()`` stops it."""
+    if not token:
+        raise ValueError("a /metrics endpoint needs a token: every endpoint asks for a login")
+    app = make_wsgi_app(registry)
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if not hmac.compare_digest(given, expected):
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Bearer realm="primus"')])
+            return [b"401 Unauthorized: a bearer token is required\n"]
+        return app(environ, start_response)
+
+    server = make_server(addr, port, guarded, ThreadingWSGIServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="primus-metrics", daemon=True)
+    thread.start()
+    return server, thread
 
 
 def write_snapshot(directory: Where, name: str, registry: CollectorRegistry = REGISTRY) -> None:

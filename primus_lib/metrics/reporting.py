@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("primus.metrics")
 
 PORT_ENV = "PRIMUS_METRICS_PORT"  # also serve /metrics on 127.0.0.1:<port + offset>
+TOKEN_FILE = "metrics.token"  # ... to scrapers presenting this bearer token (in $PRIMUS_SECRETS_DIR)
 SNAPSHOT_EVERY_SECONDS = 5.0
 # a scaling decision reads reports at most this fraction of its interval old (``report_every``)
 REPORTS_PER_DECISION = 12
@@ -112,15 +113,24 @@ class SnapshotWriter:
 
 def serve_from_env(registry: CollectorRegistry, offset: int = 0) -> int | None:
     """Serve ``registry`` on 127.0.0.1:<$PRIMUS_METRICS_PORT + offset> when the setting is there
-    (ranks on one host pass their local rank as offset); returns the port, None when not served."""
+    (ranks on one host pass their local rank as offset), to scrapers presenting the bearer token
+    of the mounted secret ``$PRIMUS_SECRETS_DIR/metrics.token``; returns the port, None when not
+    served (no port; no token: never an endpoint without a login)."""
     try:
-        base = settings().metrics_port
+        config = settings()
+        base = config.metrics_port
         if base is None:
             return None
+        token_file = config.secrets_dir / TOKEN_FILE if config.secrets_dir else None
+        if token_file is None or not token_file.exists():
+            log.warning(
+                "metrics: %s is set but no %s is mounted: /metrics not served", PORT_ENV, token_file or TOKEN_FILE
+            )
+            return None
         port = base + offset
-        serve(port, registry=registry)
-    except Exception as exc:  # a taken port (or an unreadable setting) must not stop training
-        log.warning("metrics: cannot serve on 127.0.0.1:%s+%d (%s): %s", PORT_ENV, offset, PORT_ENV, exc)
+        serve(port, token_file.read_text(encoding="utf-8").strip(), registry=registry)
+    except Exception as exc:  # a taken port, an unreadable token or setting must not stop training
+        log.warning("metrics: cannot serve on 127.0.0.1:%s+%d: %s", PORT_ENV, offset, exc)
         return None
     log.info("metrics: serving /metrics on 127.0.0.1:%d", port)
     return port

@@ -120,7 +120,7 @@ def run_executor(spec_path: str, window_start: str, stream: str = "history") -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(snapshots)
     if serve_from_env(registry) is None:
-        raise SystemExit("PRIMUS_METRICS_PORT unset or taken: nothing to scrape")
+        raise SystemExit("PRIMUS_METRICS_PORT unset, no metrics.token mounted, or the port taken: nothing to scrape")
     result = run_window(job, stream, start, workers=1)
     records = TaskLedger(paths.ledger).records(stream, window_id(start))
     snapshots.names = [snapshot_name(ROLE, record.task.id) for record in records]

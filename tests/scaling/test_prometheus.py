@@ -1,5 +1,6 @@
 """The scaling manager reading a real Prometheus server that scrapes real data-executor and trainer
-processes (prometheus_client's /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT).
+processes (prometheus_client's /metrics on 127.0.0.1:$PRIMUS_METRICS_PORT, served only to a
+scraper presenting the token of $PRIMUS_SECRETS_DIR/metrics.token: Prometheus's, the fixture's).
 
 - Data executors: two processes (``python -m tests.scaling.helpers executor``), each running one
   batch window of a tiny job through the project's executor code (DTGG plan, ``execute_task`` per
@@ -45,16 +46,21 @@ def scraped_job(tmp_path, monkeypatch):
     )
 
 
-def _serves(port: int) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+def _metrics(port: int, token_file) -> urllib.request.Request:
+    token = token_file.read_text().strip()
+    return urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"})
+
+
+def _serves(port: int, token_file) -> bool:
+    with urllib.request.urlopen(_metrics(port, token_file), timeout=2) as reply:
         return reply.status == 200
 
 
-def _scrape(port: int) -> dict[tuple[str, str], float]:
+def _scrape(port: int, token_file) -> dict[tuple[str, str], float]:
     """(metric name, worker) -> value, straight from a process's /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+    with urllib.request.urlopen(_metrics(port, token_file), timeout=5) as reply:
         text = reply.read().decode()
     return {
         (s.name, s.labels.get(n.WORKER_LABEL, "")): s.value
@@ -64,16 +70,19 @@ def _scrape(port: int) -> dict[tuple[str, str], float]:
 
 
 @pytest.fixture
-def processes(tmp_path):
-    """Start processes with PRIMUS_METRICS_PORT set; each is stopped by its PID at the end."""
+def processes(tmp_path, prometheus_server):
+    """Start processes with PRIMUS_METRICS_PORT set, serving Prometheus's token; each is stopped by
+    its PID at the end."""
     started: list[subprocess.Popen] = []
+    token_file = prometheus_server.metrics_token_file
 
     def spawn(name: str, args: list[str], ready) -> int:
         port = free_port()
-        env = {**os.environ, "PRIMUS_METRICS_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PRIMUS_METRICS_PORT": str(port), "PRIMUS_SECRETS_DIR": str(token_file.parent)}
+        env.update(PYTHONPATH=str(ROOT))
         env.pop("LOCAL_RANK", None)
         log = tmp_path / f"{name}.log"
-        started.append(start(args, log, lambda: _serves(port) and ready(), timeout=180, env=env))
+        started.append(start(args, log, lambda: _serves(port, token_file) and ready(), timeout=180, env=env))
         return port
 
     yield spawn
@@ -133,7 +142,7 @@ def test_manager_decides_from_prometheus_scraping_real_executors_and_trainer(
     for field in ("buffer", "cpu", "memory", "cpu_cores_max", "memory_bytes_max", "oom_kills"):
         assert getattr(snap, field) == pytest.approx(getattr(files, field), rel=1e-9, abs=1e-12), field
     # ... and the trainer's own /metrics
-    trainer = _scrape(trainer_port)
+    trainer = _scrape(trainer_port, prometheus_server.metrics_token_file)
     assert snap.trainer_starved == trainer[(n.TRAINER_STARVED, "0")] == 1.0
     assert snap.trainer_backpressure == trainer[(n.TRAINER_BACKPRESSURE, "0")] == 0.0
     # the first window's tasks saw no backlog, the second's one committed window of 3 ahead

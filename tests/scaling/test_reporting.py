@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.error
 import urllib.request
 
 from prometheus_client import CollectorRegistry
@@ -42,16 +43,33 @@ def test_prune_removes_only_old_snapshots(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.prom"]
 
 
-def test_serve_from_env(monkeypatch):
+def _get(port: int, token: str | None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def test_serve_from_env_asks_every_scraper_for_the_token(monkeypatch, tmp_path):
     registry = CollectorRegistry()
     TrainerMetrics("job", "0", registry=registry).observe_step(0.5, 1.0)
     monkeypatch.delenv("PRIMUS_METRICS_PORT", raising=False)
+    monkeypatch.setenv("PRIMUS_SECRETS_DIR", str(tmp_path))
     assert serve_from_env(registry) is None
     port = free_port()
     monkeypatch.setenv("PRIMUS_METRICS_PORT", str(port))
+    assert serve_from_env(registry) is None  # a port without a token: no endpoint without a login
+    (tmp_path / "metrics.token").write_text("s3cret-token\n")  # the mounted secret's
     assert serve_from_env(registry) == port
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    status, body = _get(port, "s3cret-token")
+    assert status == 200
     assert 'primus_trainer_starved_ratio{primus_job="job",role="trainer",worker="0"} 0.5' in body
+    for wrong in (None, "s3cret-toke", "s3cret-token2", ""):
+        status, body = _get(port, wrong)
+        assert status == 401 and "primus_trainer" not in body, (wrong, status)
     assert serve_from_env(registry) is None  # the port is taken: logged, not raised
 
 

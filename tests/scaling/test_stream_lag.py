@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -209,6 +212,8 @@ def test_a_real_executor_reports_its_lag_and_is_scaled_only_while_behind(
     produced = _produce(kafka_broker, topic, 6000, 2, seed=41)
     port = free_port()
     monkeypatch.setenv("PRIMUS_METRICS_PORT", str(port))
+    # Prometheus's scrape token beside the broker's login in the executors' mounted secret dir
+    shutil.copy(prometheus_server.metrics_token_file, Path(os.environ["PRIMUS_SECRETS_DIR"]) / "metrics.token")
     executors(spec, 0, 1)  # no trainer attached yet: it reads nothing, all 6000 rows wait in Kafka
     prometheus_server.add_targets(name, [f"127.0.0.1:{port}"])
     metrics_dir = JobPaths.for_job(job).metrics_dir
