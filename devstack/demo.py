@@ -119,7 +119,8 @@ def trainer_progress(job: PrimusJob) -> dict:
 
 def stream_metrics(progress: dict, job: PrimusJob, start: datetime, end: datetime) -> dict[datetime, dict]:
     """Window start -> the live trainer's progressive scores of that hour's stream rows (scored before
-    it trained on them, real-time labels): what ``primus eval`` scores, so the columns compare."""
+    it trained on them, against their real-time labels; ``primus eval`` scores against the complete
+    label, which a live trainer learns only a day later)."""
     from primus_lib.paths import parse_window_id
 
     consumed = progress["consumed"]
@@ -144,9 +145,11 @@ def report(job: PrimusJob, start: datetime, end: datetime, eval_dir: Path | None
             for mode, score in row.items():
                 baselines.setdefault(mode, {})[when] = score
     columns = [("MTRM live", stream)] + [(f"eval {name}", baselines[name]) for name in sorted(baselines)]
-    print("Each hour's stream rows (real-time labels), scored before anything trained on them (progressive):")
-    print("  MTRM live = the service-mode trainer under Airflow, reading the stream through the stream executors;")
-    print("  eval <mode> = `primus eval` over the same hours and data (the same trainer loop, a file-replayed stream).")
+    print("Each hour's stream rows, scored before anything trained on them (progressive):")
+    print("  MTRM live = the service-mode trainer under Airflow, reading the stream through the stream executors,")
+    print("    against the stream's real-time label (all a live trainer knows then);")
+    print("  eval <mode> = `primus eval` over the same hours and data (the same trainer loop, a file-replayed stream),")
+    print("    against the complete label: the label differs, so the two kinds of column do not compare.")
     print("history = the live trainer's score of the window's batch rows (complete labels) before training them;")
     print("  by then it has trained that hour's stream rows (the batch lag is 24 h): not comparable to the rest.")
     fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "-"  # noqa: E731

@@ -22,6 +22,7 @@ from primus_lib.resources.kubernetes.names import (
     FLIGHT_TOKEN_KEY,
     executor_service_name,
     flight_secret_name,
+    trainer_service_name,
 )
 from primus_lib.resources.kubernetes.pods import pod_template
 from tests.resources.conftest import wait_for
@@ -91,6 +92,14 @@ def test_the_controller_creates_the_token_and_a_network_policy_that_admits_only_
 
     assert chosen(policy.spec.pod_selector.match_labels) == {p.metadata.name for p in executors}
     assert chosen(rule._from[0].pod_selector.match_labels) == {p.metadata.name for p in trainers}
+    # the trainers' policy: their rendezvous store and collectives ask no login, so only the job's own
+    # trainer pods reach them (any port: gloo and NCCL choose theirs)
+    ranks = networking.read_namespaced_network_policy(trainer_service_name(job), ns)
+    assert ranks.spec.policy_types == ["Ingress"] and len(ranks.spec.ingress) == 1
+    (only,) = ranks.spec.ingress
+    assert only.ports is None and len(only._from) == 1 and only._from[0].namespace_selector is None
+    assert chosen(ranks.spec.pod_selector.match_labels) == {p.metadata.name for p in trainers}
+    assert chosen(only._from[0].pod_selector.match_labels) == {p.metadata.name for p in trainers}
 
     backend.stop()
     remaining = networking.list_namespaced_network_policy(ns).items

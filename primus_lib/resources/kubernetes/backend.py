@@ -163,11 +163,13 @@ class KubernetesBackend(ResourceBackend):
 
     def prepare(self) -> str:
         """The CR, the spec ConfigMap, the connections Secret, (with a trainer here) the headless Service
-        and the executors' Service, policy and token; returns the CR uid."""
+        and the trainers' policy, and the executors' Service, policy and token; returns the CR uid."""
         uid = self.ensure_cr()["metadata"]["uid"]
         self._create(self.cluster.core.create_namespaced_config_map, m.spec_configmap(self.job, uid))
         if "trainer" in self.roles():
             self._create(self.cluster.core.create_namespaced_service, m.trainer_service(self.job, uid))
+            policy = m.trainer_network_policy(self.job, uid)  # the rendezvous and collectives: ranks only
+            self._create(self.cluster.networking.create_namespaced_network_policy, policy)
         if EXECUTOR_ROLE in self.roles() and self.runnable(EXECUTOR_ROLE):  # the trainer finds them here
             self._create(self.cluster.core.create_namespaced_service, m.executor_service(self.job, uid))
             policy = m.executor_network_policy(self.job, uid)
@@ -372,6 +374,7 @@ class KubernetesBackend(ResourceBackend):
             (self.cluster.core.delete_namespaced_service, trainer_service_name(self.job)),
             (self.cluster.core.delete_namespaced_service, executor_service_name(self.job)),
             (self.cluster.networking.delete_namespaced_network_policy, executor_service_name(self.job)),
+            (self.cluster.networking.delete_namespaced_network_policy, trainer_service_name(self.job)),
             (self.cluster.core.delete_namespaced_config_map, spec_configmap_name(self.job)),
         ):
             try:

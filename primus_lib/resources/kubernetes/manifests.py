@@ -179,6 +179,17 @@ def executor_network_policy(job: PrimusJob, owner_uid: str | None = None) -> dic
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata, "spec": spec}
 
 
+def trainer_network_policy(job: PrimusJob, owner_uid: str | None = None) -> dict[str, Any]:
+    """Ingress to the job's trainer pods only from each other: torchrun's rendezvous store and the
+    gloo/NCCL collectives (ports of their own choosing) ask no login, so only the job's own ranks may
+    reach them (the kubelet's probes from the node pass, as for every NetworkPolicy)."""
+    trainers = {"podSelector": {"matchLabels": labels(job, role_rules.TRAINER_ROLE)}}
+    spec = {"podSelector": {"matchLabels": labels(job, role_rules.TRAINER_ROLE)}, "policyTypes": ["Ingress"]}
+    spec["ingress"] = [{"from": [trainers]}]
+    metadata = meta(job, trainer_service_name(job), role_rules.TRAINER_ROLE, owner_uid)
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata, "spec": spec}
+
+
 def replicas_patch(obj: dict, n: int) -> list[dict[str, Any]]:
     """JSON patch of a StatefulSet (as read, a dict): its replicas and $PRIMUS_REPLICAS in its pod
     template, the N each stream executor picks its partitions by (a template change: a rolling update)."""
