@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -237,7 +238,10 @@ class _KafkaOut:
 
     def confirm(self, out: Path) -> int:
         """The messages the broker confirmed: all of them, else ``DeliveryError``."""
-        queued = self.producer.flush(FLUSH_SECONDS)
+        deadline = time.monotonic() + FLUSH_SECONDS
+        queued = self.producer.flush(0)
+        while queued and self.login.refused is None and (left := deadline - time.monotonic()) > 0:
+            queued = self.producer.flush(min(1.0, left))  # a second at a time: a refused login stops it
         if queued or self.failed:
             first = f" (first error: {self.error})" if self.error is not None else ""
             if self.login.refused is not None:  # served by flush: the reason nothing was delivered
