@@ -112,7 +112,7 @@ class Login:
         host, _, port = bootstrap.rpartition(":")
         extra = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": MECHANISM}
         return {
-            "conn_type": "kafka",
+            "conn_type": "primus_kafka",  # the plugin's PrimusKafkaHook
             "host": host,
             "port": int(port),
             "login": self.user,

@@ -117,3 +117,15 @@ def test_storage_hook_gives_the_connection_as_typed_credentials_without_touching
     assert "secret-key" not in repr(s3)
     assert asyncio.run(PrimusStorageHook("nn").acredentials()) == WebHdfsCredentials("etl", "https://nn1:9871")
     assert dict(os.environ) == before
+
+
+@pytest.mark.integration
+def test_the_kafka_hook_tests_its_connection_against_the_broker(kafka_broker, monkeypatch):
+    """The Airflow UI's "Test" button: a login the broker takes, then one it refuses."""
+    _conn(monkeypatch, "events", kafka_broker.connection())
+    ok, message = PrimusKafkaHook("events").test_connection()
+    assert ok and message.startswith(f"logged in to {kafka_broker.bootstrap}: "), message
+    wrong = "not-" + kafka_broker.login.password
+    _conn(monkeypatch, "events", kafka_broker.connection(password=wrong))
+    ok, message = PrimusKafkaHook("events").test_connection()
+    assert not ok and "(connection 'events'): the broker refused the login" in message and wrong not in message

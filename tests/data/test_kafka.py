@@ -250,7 +250,7 @@ def test_connection_settings_from_a_mounted_secret_reach_the_consumer(kafka_brok
     stream = job.stream("realtime")
     source = stream.sources[0]
     secrets = tmp_path / "secrets"  # the kafka_broker fixture's
-    conn = kafka_broker.connection(conn_type="primus_kafka", host=kafka_broker.bootstrap, port=None)
+    conn = kafka_broker.connection(host=kafka_broker.bootstrap, port=None)
     conn["extra"] = {**conn["extra"], "config": {"client.id": "from-conn"}}
     (secrets / "events.json").write_text(json.dumps(conn))
     monkeypatch.setenv("PRIMUS_KAFKA_CONFIG_REALTIME_EVENTS", json.dumps({"client.id": "from-env"}))  # never read

@@ -71,7 +71,7 @@ def test_the_demo_roles_never_carry_a_secret_in_argv(kafka_broker, tmp_path, mon
         # the connections as mounted secret files: the store (the default storage connection) and the
         # Kafka source's SASL login
         s3 = {"conn_type": "aws", "login": access, "password": secret, "extra": {"endpoint_url": s3_url}}
-        kafka = kafka_broker.connection(conn_type="primus_kafka")
+        kafka = kafka_broker.connection()
         connections.mount(monkeypatch, tmp_path / "secrets", {"primus_storage_default": s3, "events_sasl": kafka})
         import pyarrow.fs as pafs
 

@@ -30,3 +30,23 @@ class PrimusKafkaHook(BaseHook):
 
             raise AirflowNotFoundException(f"The conn_id `{self.kafka_conn_id}` isn't defined")
         return kafka_config(conn)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The Airflow UI's "Test": log in and list the topics (a refused login says so)."""
+        from confluent_kafka import Consumer, KafkaException
+
+        from primus_lib.data.sources.kafka import LoginWatch
+
+        try:
+            config = self.client_config()
+            login = LoginWatch(f"kafka {config.get('bootstrap.servers')} (connection {self.kafka_conn_id!r})")
+            consumer = Consumer({**config, "group.id": "primus-connection-test", "log_level": "0", "error_cb": login})
+            try:
+                topics = login.first_metadata(consumer, None, timeout=10.0).topics
+            finally:
+                consumer.close()
+        except KafkaException as exc:
+            return False, str(exc) if isinstance(exc.args[0], str) else exc.args[0].str()
+        except Exception as exc:
+            return False, str(exc)
+        return True, f"logged in to {config['bootstrap.servers']}: {len(topics)} topics"

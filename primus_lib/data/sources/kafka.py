@@ -97,9 +97,10 @@ class LoginWatch:
             reason = f"{self.who}: the broker refused the login ({self.refused.str()})"
             raise KafkaLoginRefused(KafkaError(KafkaError._AUTHENTICATION, reason, fatal=True))
 
-    def first_metadata(self, consumer: Consumer, topic: str, timeout: float = 60.0):
-        """``consumer.list_topics(topic)`` of a consumer that has nothing assigned yet, asked again
-        while the broker is away (up to ``timeout``); KafkaLoginRefused as soon as the login is refused."""
+    def first_metadata(self, consumer: Consumer, topic: str | None, timeout: float = 60.0):
+        """``consumer.list_topics(topic)`` (every topic: None) of a consumer that has nothing assigned
+        yet, asked again while the broker is away (up to ``timeout``); KafkaLoginRefused as soon as
+        the login is refused."""
         deadline = time.monotonic() + timeout
         while True:
             try:

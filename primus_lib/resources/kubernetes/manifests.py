@@ -184,7 +184,7 @@ def trainer_network_policy(job: PrimusJob, owner_uid: str | None = None) -> dict
     gloo/NCCL collectives (ports of their own choosing) ask no login, so only the job's own ranks may
     reach them (the kubelet's probes from the node pass, as for every NetworkPolicy)."""
     trainers = {"podSelector": {"matchLabels": labels(job, role_rules.TRAINER_ROLE)}}
-    spec = {"podSelector": {"matchLabels": labels(job, role_rules.TRAINER_ROLE)}, "policyTypes": ["Ingress"]}
+    spec: dict[str, Any] = {"podSelector": trainers["podSelector"], "policyTypes": ["Ingress"]}
     spec["ingress"] = [{"from": [trainers]}]
     metadata = meta(job, trainer_service_name(job), role_rules.TRAINER_ROLE, owner_uid)
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata, "spec": spec}
