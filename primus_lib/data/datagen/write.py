@@ -243,13 +243,12 @@ class _KafkaOut:
         while queued and self.login.refused is None and (left := deadline - time.monotonic()) > 0:
             queued = self.producer.flush(min(1.0, left))  # a second at a time: a refused login stops it
         if queued or self.failed:
-            first = f" (first error: {self.error})" if self.error is not None else ""
+            why = f" within {FLUSH_SECONDS} s" + (f" (first error: {self.error})" if self.error is not None else "")
             if self.login.refused is not None:  # served by flush: the reason nothing was delivered
-                first = f" ({self.login.who}: the broker refused the login: {self.login.refused.str()})"
+                why = f": {self.login.who}: the broker refused the login ({self.login.refused.str()})"
             raise DeliveryError(
                 f"datagen: the partitions and stream file under {out} are complete, but Kafka topic "
-                f"{self.topic!r} confirmed {self.sent - queued - self.failed} of {self.sent} messages within "
-                f"{FLUSH_SECONDS} s{first}"
+                f"{self.topic!r} confirmed {self.sent - queued - self.failed} of {self.sent} messages{why}"
             )
         return self.sent
 
