@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from primus_lib.cli.arguments import integer
-from primus_lib.timegrid import iso, parse_utc
+from primus_lib.timegrid import EPOCH, iso, on_grid, parse_utc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         start = parse_utc(args.start, "--start") if args.start else start
         end = parse_utc(args.end, "--end") if args.end else end
         for flag, given, instant in (("--start", args.start, start), ("--end", args.end, end)):
-            if given and instant.timestamp() % 3600:
+            if given and not on_grid(instant, timedelta(hours=1), EPOCH):
                 raise ValueError(f"{flag} {given}: expected a whole hour (the partitions are hourly)")
         if end <= start:
             raise ValueError(f"--end {iso(end)} is not after --start {iso(start)}")

@@ -101,15 +101,16 @@ class LoginWatch:
         """``consumer.list_topics(topic)`` (every topic: None) of a consumer that has nothing assigned
         yet, asked again while the broker is away (up to ``timeout``); KafkaLoginRefused as soon as
         the login is refused."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def ask():
             try:
                 return consumer.list_topics(topic, timeout=1.0)
-            except KafkaException as exc:
+            except KafkaException:
                 consumer.poll(0)  # nothing assigned: serves the callbacks, reads no message
-                self.check()
-                if not _transient(exc) or time.monotonic() > deadline:
-                    raise
+                self.check()  # KafkaLoginRefused is not transient: ``retrying`` stops at once
+                raise
+
+        return retrying(ask, timeout)
 
 
 def _checked(answer: list[TopicPartition]) -> list[TopicPartition]:
