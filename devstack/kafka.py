@@ -28,7 +28,6 @@ import argparse
 import base64
 import ctypes
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -41,6 +40,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.private import write_private
 from devstack.proc import free_port, port_free, port_open, start, stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,21 +197,13 @@ def server_properties(data: Path, port: int, controller_port: int, login: Login,
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (it may hold the login)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an older file of another mode
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
 def write_connection(directory: Path, connection: dict, conn_id: str = CONN_ID) -> Path:
     """``<directory>/<conn_id>.json``, readable by its owner only: a broker's login as a role process
-    finds it under ``$PRIMUS_SECRETS_DIR`` (``primus_lib.credentials.SecretFiles``)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / f"{conn_id}.json"
-    _write_private(path, json.dumps(connection))
-    return path
+    finds it under ``$PRIMUS_SECRETS_DIR`` (written as the local backend mounts its roles' secrets)."""
+    from primus_lib.credentials import Connection, write_secret_files
+
+    write_secret_files(directory, [Connection(conn_id, **connection)])
+    return directory / f"{conn_id}.json"
 
 
 def _die_with_parent() -> None:
@@ -251,7 +243,7 @@ class KafkaServer:
         if (self.data / "meta.properties").exists():
             self._check_login()
         self.config = self.root / "server.properties"
-        _write_private(self.config, server_properties(self.data, self.port, self.controller_port, login))
+        write_private(self.config, server_properties(self.data, self.port, self.controller_port, login))
         self.log = self.root / "kafka.log"  # the broker's own log (log4j2)
         self.stdout = self.root / "kafka.stdout.log"  # JVM output (crashes before logging starts)
         (self.root / "log4j2.properties").write_text(LOG4J2.format(log=self.log))
@@ -268,7 +260,7 @@ class KafkaServer:
     def _format(self) -> None:
         scram = f"{MECHANISM}=[name={self.login.user},password={self.login.password}]"
         arguments = self.root / "format.args"  # `java @file`: the password stays out of the command line
-        _write_private(
+        write_private(
             arguments,
             f'kafka.tools.StorageTool\nformat\n--cluster-id={random_cluster_id()}\n-c\n"{self.config}"\n--add-scram\n"{scram}"\n',
         )
@@ -278,7 +270,7 @@ class KafkaServer:
             arguments.unlink(missing_ok=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting {self.data} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        _write_private(self.formatted_for, self.login.fingerprint() + "\n")
+        write_private(self.formatted_for, self.login.fingerprint() + "\n")
 
     @property
     def bootstrap(self) -> str:

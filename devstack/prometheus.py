@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from devstack.daemon import Daemon
+from devstack.private import write_private
 
 RULES = Path(__file__).resolve().parents[1] / "config" / "prometheus" / "primus-rules.yml"
 
@@ -87,29 +88,20 @@ class Prometheus:
         path = self.metrics_token_file
         if not path.exists():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(24))
+            write_private(path, secrets.token_urlsafe(24))
         return path
 
     def ready(self) -> bool:
         with urllib.request.urlopen(authorized(f"{self.url}/-/ready", self.user, self.password), timeout=2) as reply:
             return reply.status == 200
 
-    def _private(self, name: str, text: str) -> Path:
-        path = self.root / name
-        path.touch(mode=0o600)
-        path.chmod(0o600)
-        path.write_text(text)
-        return path
-
     def start(self, timeout: float = 60.0) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus not installed: run scripts/install-system.sh (Debian's prometheus)")
         self.targets.mkdir(parents=True, exist_ok=True)
-        password_file = self._private("scrape-password", self.password)
-        web = self._private("web.yml", web_config(self.user, self.password))
+        password_file = write_private(self.root / "scrape-password", self.password)
+        web = write_private(self.root / "web.yml", web_config(self.user, self.password))
         config = self.root / "prometheus.yml"
         config.write_text(
             CONFIG.format(
