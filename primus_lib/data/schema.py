@@ -72,6 +72,12 @@ def _hash_strings_by_dictionary(values: pa.Array, buckets: int) -> np.ndarray:
     return hashed[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
+def load_string_hashing() -> None:
+    """Import what string ids are hashed with now: a long-running stream executor's first rows
+    should not wait for pandas' import (0.16 s, bench/stream.py)."""
+    _hash_array(np.array(["id"], dtype=object))
+
+
 def _hash_array(values: np.ndarray, **options) -> np.ndarray:
     """pandas' ``hash_array``, imported on first use: only string ids need it, and a data task's
     process (one per mapped Airflow task) of integer ids should not pay pandas' import."""

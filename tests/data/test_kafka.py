@@ -72,6 +72,81 @@ def test_earliest_reads_every_partition_and_dead_letters_malformed(kafka_broker,
     assert b"@" in headers["primus.origin"] and headers["primus.error"]
 
 
+def test_partition_ends_and_line_breaks_among_messages_lose_and_repeat_nothing(kafka_broker, tmp_path):
+    """The reader takes a block's fields list by list: the partition-end events librdkafka mixes in
+    (``enable.partition.eof``) are set aside, a pretty-printed message (line breaks of its own) is
+    one sample, and each row keeps its own partition and offset."""
+    topic = kafka_broker.new_topic(partitions=2)
+    events = _events(60, seed=11)
+    values = _values(events)
+    values[7] = json.dumps(events[7], indent=2).encode()  # its line breaks must not split it
+    kafka_broker.produce(topic, values[:30], partition=0)
+    kafka_broker.produce(topic, values[30:] + [b"{broken"], partition=1)
+    job = _job(tmp_path, kafka_broker, topic, startup="earliest", options={"enable.partition.eof": "true"})
+    stream = job.stream("realtime")
+    reader = open_stream(job, stream, stream.sources[0])
+    rows, tags = [], []
+    try:
+        deadline = time.monotonic() + 20
+        while (len(rows) < 60 or reader.malformed < 1) and time.monotonic() < deadline:
+            batch = reader.poll(500, 0.5)
+            if batch is not None:
+                rows += batch.column("request_id").to_pylist()
+                keys, offsets = reader.last_offsets
+                assert len(keys) == len(offsets) == batch.num_rows
+                tags += list(zip(keys, offsets.tolist(), strict=True))
+        assert sorted(rows) == sorted(e["request_id"] for e in events)
+        assert reader.malformed == 1
+        assert reader.position() == {f"{topic}/0": 30, f"{topic}/1": 31}
+    finally:
+        reader.close()
+    by_id = dict(zip(rows, tags, strict=True))
+    for i, event in enumerate(events):  # the row of message i came from its own partition and offset
+        assert by_id[event["request_id"]] == ((f"{topic}/0", i) if i < 30 else (f"{topic}/1", i - 30))
+
+
+def test_a_seek_to_where_the_reader_is_keeps_its_assignment(kafka_broker, tmp_path):
+    """Reassigning drops what librdkafka fetched ahead: a seek to the reader's own position (a
+    trainer attaching to a fresh executor) keeps the consumer as it is; a seek elsewhere rewinds."""
+    topic = kafka_broker.new_topic(partitions=1)
+    events = _events(20, seed=13)
+    kafka_broker.produce(topic, _values(events), partition=0)
+    job = _job(tmp_path, kafka_broker, topic, startup="earliest")
+    stream = job.stream("realtime")
+    reader = open_stream(job, stream, stream.sources[0])
+    assigned = []
+
+    class Watched:  # the consumer, with its assign calls counted
+        def __init__(self, consumer):
+            self.consumer = consumer
+
+        def assign(self, partitions):
+            assigned.append([(tp.partition, tp.offset) for tp in partitions])
+            return self.consumer.assign(partitions)
+
+        def __getattr__(self, name):
+            return getattr(self.consumer, name)
+
+    reader.consumer = Watched(reader.consumer)
+    try:
+        reader.seek({f"{topic}/0": 0})
+        assert assigned == []
+        first, deadline = [], time.monotonic() + 20
+        while len(first) < 8 and time.monotonic() < deadline:
+            batch = reader.poll(8 - len(first), 0.5)
+            first += [] if batch is None else batch.column("request_id").to_pylist()
+        reader.seek(reader.position())
+        assert assigned == []
+        rest = _drain(reader, 20 - len(first))
+        assert first + rest == [e["request_id"] for e in events]  # nothing lost, nothing twice
+        reader.seek({f"{topic}/0": 5})
+        assert assigned == [[(0, 5)]]
+        assert _drain(reader, 15) == [e["request_id"] for e in events[5:]]
+    finally:
+        reader.consumer = reader.consumer.consumer
+        reader.close()
+
+
 def test_group_offsets_resume_exactly_after_the_committed_rows(kafka_broker, tmp_path):
     topic = kafka_broker.new_topic(partitions=1)
     events = _events(30, seed=5)

@@ -44,7 +44,7 @@ from primus_lib.data.executor.leases import LEASE_SECONDS, LeasedBuffer
 from primus_lib.data.executor.partitions import in_order, owned, stream_partitions
 from primus_lib.data.flight import Action, BufferFlightServer
 from primus_lib.data.flight_auth import Credential, credential_for
-from primus_lib.data.schema import job_keys, sample_schema
+from primus_lib.data.schema import job_keys, load_string_hashing, sample_schema
 from primus_lib.data.sources.kafka import KafkaStreamReader, partition_key, retrying
 from primus_lib.resources.discovery import ExecutorDiscovery
 from primus_lib.spec.job import PrimusJob
@@ -111,6 +111,7 @@ class ExecutorService(ExecutorActions):
         if self.credential is None:
             raise ValueError(f"stream executor {stream}/{index}: no credential (the job's Flight token)")
         self.credential.token()  # made now if this job has none yet; a pod without its Secret stops here
+        load_string_hashing()
         self.buffer = LeasedBuffer(capacity_rows, lease)
         self.lanes = Lanes(capacity_rows, seed=index, hold=lease) if self.mode == "rebalance" else None  # per rank
         self.runners: list[_Runner] = []

@@ -8,6 +8,7 @@ into their buckets, dense features become float32 with nulls as 0.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -77,12 +78,25 @@ def decode(job: PrimusJob, stream: StreamSpec, source: SourceSpec, raw: pa.Table
 
     threads = min(pa.cpu_count(), len(names))
     if threads > 1:  # the allotment's threads: hashing and casts release the GIL
-        with ThreadPoolExecutor(threads, thread_name_prefix="primus-decode") as pool:
-            arrays = list(pool.map(convert, names))
+        arrays = list(_pool(threads).map(convert, names))
     else:
         arrays = [convert(name) for name in names]
     fields = [schema.field(n) for n in names]
     return pa.Table.from_arrays([_chunked(a) for a in arrays], schema=pa.schema(fields))
+
+
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One pool per thread count, kept: a stream decodes a block every few milliseconds, and a
+    pool per block started its threads each time. Keyed by process too: a forked task's copy
+    has no threads."""
+    key = (os.getpid(), threads)
+    pool = _pools.get(key)
+    if pool is None:
+        pool = _pools.setdefault(key, ThreadPoolExecutor(threads, thread_name_prefix="primus-decode"))
+    return pool
 
 
 def _chunked(array: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:

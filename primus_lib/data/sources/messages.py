@@ -32,7 +32,11 @@ def decode_messages(
     """-> (samples of the good messages, their indexes in ``values``, the malformed ones)."""
     mapping = column_map(job, source)
     required = [mapping.get(c, c) for c in required_columns(job, stream, source)]
-    oversized = {i for i, value in enumerate(values) if len(value) > MAX_MESSAGE_BYTES}
+    oversized = (
+        {i for i, value in enumerate(values) if len(value) > MAX_MESSAGE_BYTES}
+        if max(map(len, values), default=0) > MAX_MESSAGE_BYTES
+        else set()
+    )
     if not oversized:
         try:
             return _block(job, stream, source, values, origin, required)
@@ -63,7 +67,9 @@ class _Mismatch(ValueError):
 
 
 def _block(job, stream, source, values: list[bytes], origin: str, required: list[str]):
-    body = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+    body = b"\n".join(values)
+    if body.count(b"\n") != len(values) - 1 or b"\r" in body:  # a message's own line breaks: one line each
+        body = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
     raw = pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(use_threads=False))
     if raw.num_rows != len(values):
         raise _Mismatch(f"{len(values)} messages gave {raw.num_rows} rows")
