@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 
@@ -103,6 +104,29 @@ def test_partition_ends_and_line_breaks_among_messages_lose_and_repeat_nothing(k
     by_id = dict(zip(rows, tags, strict=True))
     for i, event in enumerate(events):  # the row of message i came from its own partition and offset
         assert by_id[event["request_id"]] == ((f"{topic}/0", i) if i < 30 else (f"{topic}/1", i - 30))
+
+
+def test_at_the_live_edge_a_poll_waits_within_its_timeout_for_a_fuller_block(kafka_broker, tmp_path):
+    """A block of a few rows costs an executor as much as one of thousands: where little is queued a
+    poll waits (within its timeout) for more rather than return each message as its own block.
+    (Behind the stream it returns what is queued at once: bench/stream.py measures that.)"""
+    topic = kafka_broker.new_topic(partitions=1)
+    events = _events(6, seed=17)
+    job = _job(tmp_path, kafka_broker, topic, startup="earliest")
+    stream = job.stream("realtime")
+    reader = open_stream(job, stream, stream.sources[0])
+    try:
+        assert reader.poll(100, 0.5) is None  # nothing there yet: librdkafka has fetched the empty topic
+        kafka_broker.produce(topic, _values(events[:3]), partition=0)
+        later = threading.Timer(0.3, kafka_broker.produce, (topic, _values(events[3:6])), {"partition": 0})
+        later.start()
+        try:
+            batch = reader.poll(100, 3.0)
+        finally:
+            later.join()
+        assert batch is not None and batch.column("request_id").to_pylist() == [e["request_id"] for e in events]
+    finally:
+        reader.close()
 
 
 def test_a_seek_to_where_the_reader_is_keeps_its_assignment(kafka_broker, tmp_path):
