@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from primus_lib.credentials import LoginRefused, current
 from primus_lib.data.sources.deadletter import DeadLetters, KafkaDeadLetters
 from primus_lib.data.sources.decode import conform
+from primus_lib.data.sources.kafka_fetch import block_fields, fetch_block
 from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.stream import Position, StreamReader
 from primus_lib.spec.dataset import SourceSpec, StreamSpec
@@ -321,51 +322,11 @@ class KafkaStreamReader(StreamReader):
                 [TopicPartition(self.topic, p, self._next[partition_key(self.topic, p)]) for p in self.partitions]
             )
 
-    def _fetched(self, max_rows: int, timeout: float) -> list[Message]:
-        """Up to ``max_rows`` messages within ``timeout``. Behind the stream (a backlog) it takes what
-        is queued and returns: ``consume(n, timeout)`` waits until it has all ``n``, and a count that
-        did not divide the fetched message sets waited ~40 ms a call (bench/stream.py: 8,192 a call
-        read 0.17 M rows/s, this 1.1 M). At the live edge, where little is queued, it waits out
-        ``timeout`` for a fuller block as ``consume`` did: a block of a few rows costs an executor
-        as much as one of thousands (bench/scaling.py: executors at 650 rows/s went from 65% to
-        95% of their CPU when every message was a block)."""
-        began = time.monotonic()
-        first = self.consumer.poll(timeout)
-        if first is None:
-            return []
-        messages = [first, *self.consumer.consume(max_rows - 1, 0)] if max_rows > 1 else [first]
-        left = timeout - (time.monotonic() - began)
-        if len(messages) < max(1, max_rows // 8) and left > 0:  # the live edge: fill the block for a while
-            messages += self.consumer.consume(max_rows - len(messages), left)
-        return messages
-
-    def _messages_only(self, messages: list[Message]) -> list[Message]:
-        """``messages`` without its error events; one that is not retriable is raised."""
-        kept = []
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                kept.append(msg)
-            elif err.code() != KafkaError._PARTITION_EOF and (err.fatal() or not err.retriable()):
-                raise KafkaException(err)
-        return kept
-
     def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
         self._follow()
-        messages = self._fetched(max_rows, timeout)
-        if any([msg.error() for msg in messages]):  # events among the messages (end of a partition...)
-            messages = self._messages_only(messages)
-        # one C call per message and field, list by list: a loop over the messages cost 1.3 us a row
-        topics, partitions = [msg.topic() for msg in messages], [msg.partition() for msg in messages]
-        offsets = [msg.offset() for msg in messages]
-        if None in offsets or None in partitions:  # unset only on error events
-            raise RuntimeError(f"kafka {self.topic}: a fetched message without partition or offset")
-        names: dict[int | None, str] = {int(key.rpartition("/")[2]): key for key in self._next}  # read now
-        found = [names.get(p) for p in partitions]
-        if None in found or topics.count(self.topic) != len(topics):  # fetched before a reassign dropped its partition
-            kept = [i for i, (t, k) in enumerate(zip(topics, found, strict=True)) if k is not None and t == self.topic]
-            messages, found, offsets = [messages[i] for i in kept], [found[i] for i in kept], [offsets[i] for i in kept]
-        keys = cast(list[str], found)  # the Nones were dropped above
+        messages = fetch_block(self.consumer, max_rows, timeout)
+        partitions = {int(key.rpartition("/")[2]): key for key in self._next}  # the partitions read now
+        messages, keys, offsets = block_fields(messages, self.topic, partitions)
         values = [msg.value() or b"" for msg in messages]
         if not values:
             self.last_offsets = ([], np.empty(0, np.int64))
