@@ -101,8 +101,9 @@ class Clock:
         self.marks.append((time.perf_counter() - self.start, rows))
 
     def rates(self) -> tuple[float, float]:
-        (t10, r10), (t90, r90) = (next(m for m in self.marks if m[1] >= share * ROWS) for share in (0.3, 0.9))
-        return ROWS / self.marks[-1][0], (r90 - r10) / (t90 - t10)
+        (t_from, r_from), (t_to, r_to) = (next(m for m in self.marks if m[1] >= share * ROWS) for share in (0.3, 0.9))
+        whole = ROWS / self.marks[-1][0]
+        return whole, (r_to - r_from) / (t_to - t_from) if t_to > t_from else whole  # one block: no steady part
 
 
 def floor(server: KafkaServer, topic: str) -> tuple[float, float]:
