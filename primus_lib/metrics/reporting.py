@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -92,6 +93,9 @@ class SnapshotWriter:
         self.directory, self.name, self.registry = locate(directory), name, registry
         self.every, self.clock = every, clock
         self.last = float("-inf")
+        self._wanted = threading.Event()  # a write asked of the background thread (``write_later``)
+        self._closing = False
+        self._thread: threading.Thread | None = None
 
     def due(self) -> bool:
         return self.clock() - self.last >= self.every
@@ -100,6 +104,32 @@ class SnapshotWriter:
         """Write now (atomically)."""
         self.last = self.clock()
         guarded(f"snapshot {self.name}", self._write)
+
+    def write_later(self) -> None:
+        """Write from a background thread: the caller is a training loop, and a put into the job's
+        directory (a file's create and rename, an object store's PUT: tens of ms) stalled it at
+        every checkpoint and report. Requests while one waits are one write (the latest values)."""
+        self.last = self.clock()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._background, name="primus-metrics", daemon=True)
+            self._thread.start()
+        self._wanted.set()
+
+    def _background(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._closing:
+                return
+            guarded(f"snapshot {self.name}", self._write)
+
+    def close(self) -> None:
+        """Stop the background thread (a write it has not begun is dropped: write() the last one)."""
+        if self._thread is not None:
+            self._closing = True
+            self._wanted.set()
+            self._thread.join(timeout=30)
+            self._thread = None
 
     def _write(self) -> None:
         write_snapshot_to(self.directory, self.name, self.registry)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry
 
 from primus_lib.train.runtime.input_metrics import InputMetrics
@@ -28,3 +30,37 @@ def test_waiting_at_the_live_edge_is_idle_not_starvation(tmp_path):
     began = m.begin()
     m.end(began=began, fed=began, trained=True, full=False, live=True)  # a step still counts
     assert m.total > 0 and m.wait <= m.total
+
+
+def _sample_count(path) -> float:
+    line = next(x for x in path.read_text().splitlines() if x.startswith("primus_trainer_samples_total{"))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_snapshots_are_written_off_the_training_thread_and_the_last_one_now(tmp_path):
+    """A checkpoint's or report's snapshot is put by a background thread (a put into the job's
+    directory, on an object store a PUT, stalled the training loop); the run's last is written
+    before ``publish`` returns, with every sample counted, and the thread is gone."""
+    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, queues_full=lambda: False, every=3600)
+    m.add_samples(512)
+    m.add_samples(100)
+    m.publish()
+    thread = m.writer._thread
+    assert thread is not None and thread.name == "primus-metrics"
+    path = tmp_path / "trainer-0.prom"
+    deadline = time.monotonic() + 30
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _sample_count(path) == 612
+    m.add_samples(8)
+    m.publish(last=True)
+    assert _sample_count(path) == 620  # written by publish itself
+    assert m.writer._thread is None and not thread.is_alive()
+
+
+def test_closing_the_metrics_of_a_failed_run_stops_the_writer(tmp_path):
+    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, queues_full=lambda: False, every=3600)
+    m.publish()
+    thread = m.writer._thread
+    m.close()
+    assert thread is not None and not thread.is_alive()

@@ -119,10 +119,10 @@ class Checkpointing:
         self.windows.merged(self.coordinator.merged_keys)
         self.publish_metrics()
 
-    def publish_metrics(self) -> None:
-        """Snapshot the input metrics now (checkpoints, the end of a run)."""
+    def publish_metrics(self, last: bool = False) -> None:
+        """Snapshot the input metrics (checkpoints; ``last``: the end of a run, written now)."""
         if self.input_metrics is not None:
-            self.input_metrics.publish()
+            self.input_metrics.publish(last)
 
 
 class _State:

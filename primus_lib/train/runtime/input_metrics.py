@@ -3,7 +3,8 @@ waiting for data (starved: more data executors would help) and the share during 
 read-ahead queues were full (back-pressure: the trainer is the bottleneck, adding executors
 would not help). Accumulated per loop iteration (a few float additions), published as
 ``TrainerMetrics`` and snapshotted into the job's metrics dir every few seconds and at
-checkpoints; any metrics failure is logged and ignored."""
+checkpoints, by a background thread (``SnapshotWriter.write_later``); any metrics failure is
+logged and ignored."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class InputMetrics:
         self.writer = SnapshotWriter(metrics_dir, snapshot_name("trainer", rank), registry, every)
         self.queues_full = queues_full  # every live buffer holds its read-ahead (Inputs.queues_full)
         self.wait = self.total = self.full = 0.0
+        self.samples = 0  # trained since the last publish (a counter's inc takes its lock: not per step)
         self.started = time.perf_counter()
         serve_from_env(registry, offset=_local_rank())
 
@@ -59,15 +61,28 @@ class InputMetrics:
             self.publish()
 
     def add_samples(self, rows: int) -> None:
-        self.metrics.samples.inc(rows)
+        self.samples += rows
 
-    def publish(self) -> None:
-        """Set the gauges from the interval's sums, reset them, write the snapshot."""
+    def publish(self, last: bool = False) -> None:
+        """Set the gauges from the interval's sums, reset them, write the snapshot (in the
+        background; ``last``: now, and the background thread stops)."""
         if self.total > 0:
             wait, total, full = self.wait, self.total, self.full
             guarded("trainer gauges", lambda: self.metrics.observe_step(wait, total, full))
+        if self.samples:
+            samples = self.samples
+            guarded("trainer samples", lambda: self.metrics.samples.inc(samples))
         self.wait = self.total = self.full = 0.0
-        self.writer.write()
+        self.samples = 0
+        if last:
+            self.writer.close()
+            self.writer.write()
+        else:
+            self.writer.write_later()
+
+    def close(self) -> None:
+        """Stop the background writer (a trainer that failed: no last snapshot)."""
+        self.writer.close()
 
 
 def _local_rank() -> int:

@@ -275,10 +275,12 @@ class Trainer(Checkpointing):
                     self.prefetch.stop()
                     self.stepper.before_backward = None
             self.checkpoint()
-            self.publish_metrics()
+            self.publish_metrics(last=True)
         finally:  # on failure too (offsets are committed only by checkpoints, never by close)
             if self.writer is not None:  # a write in flight completes (durable, never published)
                 self.writer.shutdown(wait=True)
+            if self.input_metrics is not None:
+                self.input_metrics.close()
             self.inputs.close()
         done = [k for k in self.coordinator.consumed(self.windows.consumed) if "/" in k]
         who = f" rank {self.rank}/{self.size}" if self.size > 1 else ""
