@@ -46,7 +46,9 @@ def test_stream_surge_raises_the_streams_share_and_batch_never_starves():
     batch, stream = Buffer("history", "batch", 1.0, "ts"), Buffer("realtime", "stream", 4.0, "ts")
     batch.push(_rows(1000))
     stream.push(_rows(2050, start=10_000))  # a surge: twice the batch's rows, weight 4
-    reader = PriorityReader([batch, stream], batch_size=100, registry=registry, clock=lambda: 20.0)
+    now = [20.0]
+    reader = PriorityReader([batch, stream], batch_size=100, registry=registry, clock=lambda: now[0])
+    assert registry.get_sample_value("primus_trainer_event_lag_seconds", {"stream": "realtime"}) is None
     order = []
     while (got := reader.next_minibatch()) is not None:
         order.append((got[0].name, got[1].num_rows))
@@ -60,6 +62,10 @@ def test_stream_surge_raises_the_streams_share_and_batch_never_starves():
     # newest served realtime event: ts 11_999 ms -> lag = 20 s - 11.999 s
     assert math.isclose(
         registry.get_sample_value("primus_trainer_event_lag_seconds", {"stream": "realtime"}), 20 - 11.999
+    )
+    now[0] = 35.0  # read when collected: a trainer that stops serving falls behind
+    assert math.isclose(
+        registry.get_sample_value("primus_trainer_event_lag_seconds", {"stream": "realtime"}), 35 - 11.999
     )
     stream.exhausted = True  # a finished source hands out its remainder
     name, rows = reader.next_minibatch()[0].name, stream.rows

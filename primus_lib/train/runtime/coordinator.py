@@ -120,8 +120,6 @@ class SingleProcess(Coordinator):
         reader = inputs.reader
         only = set(inputs.batch_feeds) if self._batch_phase(inputs) else None
         buffer = reader.choose(only)
-        if buffer is None:
-            reader.observe()
         take = min(inputs.batch_size, buffer.rows) if buffer is not None else 0
         name = buffer.name if buffer is not None else None
         return Decision(name, take, take, wants.checkpoint, wants.done, wants.idle, wants.until)

@@ -201,7 +201,6 @@ class Inputs:
             if staged.chunks:
                 while staged.chunks:
                     buffer.push(staged.chunks.popleft().table)
-                self.reader.metrics.of(name)[0].set(buffer.rows)
             staged.rows = 0
             buffer.exhausted = staged.exhausted
             buffer.drained = staged.drained
