@@ -16,6 +16,7 @@ Figures (per sample, wall clock):
 - ``input_wait`` = (loop wall - step - checkpoint) / loop wall: everything the training loop
   did besides the model's step and the checkpoints on its thread (waiting on input, idle
   sleeps, choosing and accounting minibatches), from ``Trainer.run``'s start to its end;
+  ``..._other_us_per_step`` and ``..._step_us``: the same time and the step's, per step;
 - ``..._thread_cpu``: per CPU second of the training thread (the least noisy on a shared box);
 - ``step_alone_vs_bare_thread_cpu``: the trainer's stepper alone (``LocalStepper.step`` on the same
   minibatches decoded before its clock starts, no loop, no prefetch thread) against the bare loop,
@@ -139,6 +140,8 @@ def ours(job, events, mode: str, probe: Probe) -> dict:
         "samples_per_thread_cpu_s": rows / own,
         "rows": rows,
         "input_wait": (loop - probe.step_s - probe.checkpoint_s) / loop,
+        "other_us_per_step": (loop - probe.step_s - probe.checkpoint_s) / max(1, len(probe.steps)) * 1e6,
+        "step_us": probe.step_s / max(1, len(probe.steps)) * 1e6,
         "checkpoint_fraction": probe.checkpoint_s / loop,
         "startup_s": wall - loop,
         "step_cpu_s": probe.step_cpu_s,
@@ -283,6 +286,9 @@ def main() -> None:
         "medians (aim <= 0.01)",
         "mtrm_input_wait_runs": [_r(x, 4) for x in waits["mtrm"]],
         "single_tower_input_wait_runs": [_r(x, 4) for x in waits["single_tower"]],
+        # the input wait in time: the loop's own work per step beside the step (1% of a step is step_us / 100)
+        **{f"{m}_other_us_per_step": round(_median([x["other_us_per_step"] for x in runs[m]])) for m in MODES},
+        **{f"{m}_step_us": round(_median([x["step_us"] for x in runs[m]])) for m in MODES},
         "mtrm_samples_per_s": round(rate["mtrm"]),
         "single_tower_samples_per_s": round(rate["single_tower"]),
         "bare_torchrec_samples_per_s": round(bare_rate["mtrm"]),
