@@ -325,7 +325,7 @@ class KafkaStreamReader(StreamReader):
     def poll(self, max_rows: int, timeout: float) -> pa.RecordBatch | None:
         self._follow()
         messages = fetch_block(self.consumer, max_rows, timeout)
-        partitions = {int(key.rpartition("/")[2]): key for key in self._next}  # the partitions read now
+        partitions = {p: partition_key(self.topic, p) for p in self.partitions}  # the partitions read now
         messages, keys, offsets = block_fields(messages, self.topic, partitions)
         values = [msg.value() or b"" for msg in messages]
         if not values:
