@@ -135,13 +135,14 @@ def ours(job, events, mode: str, probe: Probe) -> dict:
     wall, own = time.perf_counter() - began, time.thread_time() - own
     rows = sum(n for _, n in probe.steps)
     loop = probe.run_s
+    other, steps = loop - probe.step_s - probe.checkpoint_s, max(1, len(probe.steps))  # the loop besides steps
     return {
         "samples_per_s": rows / wall,
         "samples_per_thread_cpu_s": rows / own,
         "rows": rows,
-        "input_wait": (loop - probe.step_s - probe.checkpoint_s) / loop,
-        "other_us_per_step": (loop - probe.step_s - probe.checkpoint_s) / max(1, len(probe.steps)) * 1e6,
-        "step_us": probe.step_s / max(1, len(probe.steps)) * 1e6,
+        "input_wait": other / loop,
+        "other_us_per_step": other / steps * 1e6,
+        "step_us": probe.step_s / steps * 1e6,
         "checkpoint_fraction": probe.checkpoint_s / loop,
         "startup_s": wall - loop,
         "step_cpu_s": probe.step_cpu_s,
