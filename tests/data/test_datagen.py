@@ -193,8 +193,8 @@ def test_named_worlds_and_their_split():
     from primus_lib.data.datagen import world_config
     from primus_lib.data.datagen.worlds import WORLDS, names
 
-    assert len(names("development")) >= 6 and len(names("held-out")) >= 6
-    splits = [set(names(split)) for split in ("development", "seen", "held-out")]
+    assert len(names("development")) >= 6 and len(names("held-out")) >= 6 and len(names("reserved")) >= 6
+    splits = [set(names(split)) for split in ("development", "seen", "held-out", "reserved")]
     assert sum(map(len, splits)) == len(set().union(*splits))  # disjoint
     hours = list(iter_hours(START, START + timedelta(days=2)))[::4]
     for name in names():  # the late-click share each world names (within 3 points)

@@ -8,7 +8,9 @@ rare users, the number and cardinality of sparse features, and how much of the t
 carries. ``split`` says which were used to choose the defaults (``development``), which were held
 out by the first plan and have been run and read since (``seen``: their failures motivated the once
 rule, docs/training.md), and which never were (``held-out``): docs/eval-plan.md fixed that split
-before any held-out run. ``probe`` worlds are instruments (the priority rule's surge), not judged.
+before any held-out run. ``reserved`` worlds were defined before any design they will judge and
+have never been trained on: the next plan holds them out (``make eval-worlds`` leaves them alone).
+``probe`` worlds are instruments (the priority rule's surge), not judged.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Literal
 @dataclass(frozen=True)
 class NamedWorld:
     name: str
-    split: Literal["development", "seen", "held-out", "probe"]
+    split: Literal["development", "seen", "held-out", "reserved", "probe"]
     late: float  # share of clicks too late for the stream's label (measured on seed 0, 2 days)
     about: str
     overrides: dict = field(default_factory=dict)
@@ -121,6 +123,57 @@ _WORLDS = [
         0.0,
         "slow drift, few new items, exposure skewed to the hits, complete stream labels",
         {"new_item_share": 0.05, "taste_drift": 0.5, "pop_skew": 1.5, **NO_LATE},
+    ),
+    # reserved for the next plan (docs/eval-plan.md): defined 2026-12-06, before any design they will
+    # judge; only the generator has run on them (their late-click shares)
+    NamedWorld(
+        "flips-wide",
+        "reserved",
+        0.2,
+        "flips every 48 h with five more sparse features of 25k values; 20% late",
+        {"flip_every_hours": 48.0, "flip_size": 0.9, "extra_sparse": 5, "extra_cardinality": 25_000},
+    ),
+    NamedWorld(
+        "weekly-late",
+        "reserved",
+        0.35,
+        "a strong day-of-week taste beside a weaker daily one; 35% late",
+        {"diurnal": 0.8, "weekly": 1.3, "traffic_diurnal": 0.4, "delay_median_minutes": 16.0},
+    ),
+    NamedWorld(
+        "hype-thin",
+        "reserved",
+        0.2,
+        "hype waves of new items, the stream carries 35% of the traffic; 20% late",
+        {**HYPE, "stream_share": 0.35},
+    ),
+    NamedWorld(
+        "rare-late",
+        "reserved",
+        0.35,
+        "50k users with a heavy tail of rare ones; 35% late, some up to 10 h",
+        {"users": 50_000, "activity_alpha": 1.15, "delay_median_minutes": 20.0, "max_delay_hours": 10.0},
+    ),
+    NamedWorld(
+        "sparse-complete",
+        "reserved",
+        0.0,
+        "a 12% click rate, six more sparse features of 40k values, exposure skewed to the hits, complete labels",
+        {"base_logit": -3.4, "extra_sparse": 6, "extra_cardinality": 40_000, "pop_skew": 1.8, **NO_LATE},
+    ),
+    NamedWorld(
+        "fast-drift",
+        "reserved",
+        0.09,
+        "tastes and popularity drift twice as far, 120 categories of 4,000 items; 9% late",
+        {"taste_drift": 2.0, "pop_drift": 2.0, "categories": 120, "items": 4_000, **LATE_10},
+    ),
+    NamedWorld(
+        "half-stream-flips",
+        "reserved",
+        0.3,
+        "the stream carries half the traffic, flips every 40 h; 30% late",
+        {"stream_share": 0.5, "flip_every_hours": 40.0, "flip_size": 1.0, **LATE_30},
     ),
 ]
 # not judged: the world of the priority rule's measurement (docs/training.md, "The priority rule")
