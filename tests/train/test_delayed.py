@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from primus_lib.spec.training import ModelSpec
-from primus_lib.train.model.delayed import Completeness, likelihood_loss, stream_loss
+from primus_lib.train.model.delayed import UNINFORMED, Completeness, likelihood_loss, stream_loss
 from primus_lib.train.model.stepper import LocalStepper
 from tests.train.test_steps import _batch
 
@@ -56,8 +56,10 @@ def test_stream_loss_is_the_likelihood_or_plain_bce():
 
 
 def test_completeness_is_the_ratio_of_click_rates():
-    estimate = Completeness(halflife_rows=1e6)
-    assert estimate.value == 1.0  # nothing seen: no correction
+    estimate = Completeness(halflife_rows=1e6, before=UNINFORMED)
+    assert estimate.value == UNINFORMED == 0.5  # nothing seen: a uniform prior's mean
+    estimate.update("stream", torch.ones(8))
+    assert estimate.value == UNINFORMED  # one kind alone: still no ratio
     rng = np.random.default_rng(0)
     for _ in range(200):
         estimate.update("batch", torch.tensor(rng.random(512) < 0.10, dtype=torch.float32))
@@ -66,6 +68,7 @@ def test_completeness_is_the_ratio_of_click_rates():
     clone = Completeness()
     clone.load_state_dict(estimate.state_dict())
     assert clone.value == estimate.value
+    assert Completeness().value == 1.0 and Completeness(fixed=0.7, before=UNINFORMED).value == 0.7
 
 
 def test_spec_options_default_and_refuse_unknown_and_removed_fields():
@@ -97,4 +100,12 @@ def test_every_mode_corrects_its_stream_steps_and_a_known_completeness_is_used_a
         assert a.loss != b.loss, mode
     online = LocalStepper(job, mode="online")
     online.step("stream", batch)
-    assert online.evidence.c == 1.0  # no batch rows: nothing to estimate c from
+    assert online.evidence.c == 1.0  # no batch rows will come: plain BCE
+    for mode in ("single_tower", "offline_then_online", "mtrm"):  # complete labels will come: the prior until then
+        before = LocalStepper(job, mode=mode)
+        before.step("stream", batch)
+        assert before.evidence.c == UNINFORMED, mode
+    both = LocalStepper(job, mode="single_tower")
+    both.step("batch", batch)
+    both.step("stream", batch)
+    assert both.evidence.c == 1.0  # the same rows' labels on both sides: every click seen by the stream

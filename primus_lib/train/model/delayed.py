@@ -13,8 +13,13 @@ real-time label sees (missed independently of the features: the simple model),
 
 ``c`` comes from the labels the trainer sees anyway (``Completeness``): running click rates of
 the stream's and the batch's minibatches, ``c = stream rate / batch rate``. No column beyond
-the label is needed, so any spec can use it. A mode that never sees complete labels (online)
-has no estimate: its ``c`` stays 1 unless it is given (``primus eval``'s ``c=`` variant).
+the label is needed, so any spec can use it. Until both kinds were seen (a fresh job's first day:
+the first batch window comes a day after its stream) a mode that will see complete labels uses
+``UNINFORMED``: the likelihood of a label is linear in ``c``, so under a uniform prior on ``c``
+its marginal likelihood is its likelihood at the prior's mean, 1/2. (Training that day's stream
+uncorrected, ``c = 1``, cost the single tower and MTRM ~0.002 AUC where 40% of clicks are late:
+docs/training.md.) A mode that never sees complete labels (online) has no evidence to come: its
+``c`` stays 1, plain BCE, unless it is given (``primus eval``'s ``c=`` variant).
 """
 
 from __future__ import annotations
@@ -24,13 +29,18 @@ import math
 import torch
 from torch.nn import functional as F
 
+UNINFORMED = 0.5  # c before any evidence, in a mode that will see complete labels: a uniform prior's mean
+
 
 class Completeness:
     """``c``: the share of clicks the real-time label sees, from exponentially weighted click
-    rates of each kind (``halflife_rows`` rows). 1 (no correction) until both kinds were seen."""
+    rates of each kind (``halflife_rows`` rows); ``before`` until both kinds were seen."""
 
-    def __init__(self, halflife_rows: float = 50_000.0, floor: float = 0.05, fixed: float | None = None):
+    def __init__(
+        self, halflife_rows: float = 50_000.0, floor: float = 0.05, fixed: float | None = None, before: float = 1.0
+    ):
         self.fixed = fixed  # a known share (a backtest's oracle for modes that never see complete labels)
+        self.before = before  # UNINFORMED where complete labels will come; 1 (plain BCE) where none will
         self.decay = 0.5 ** (1.0 / halflife_rows)
         self.floor = floor
         self.clicks = {"batch": 0.0, "stream": 0.0}
@@ -57,7 +67,7 @@ class Completeness:
             return self.fixed
         stream, batch = self.rate("stream"), self.rate("batch")
         if stream is None or not batch:
-            return 1.0
+            return self.before
         return min(1.0, max(self.floor, stream / batch))
 
     def state_dict(self) -> dict:

@@ -62,9 +62,13 @@ class StepConfig:
         return modes.two_towers(self.mode)
 
     @property
+    def reads_both(self) -> bool:
+        return modes.reads(self.mode, "batch") and modes.reads(self.mode, "stream")
+
+    @property
     def once(self) -> bool:
         """Whether a streamed row's batch copy trains only what its stream step lacked (``streamed.py``)."""
-        return modes.reads(self.mode, "batch") and modes.reads(self.mode, "stream") and not self.reread
+        return self.reads_both and not self.reread
 
     @property
     def needs_ids(self) -> bool:
@@ -117,7 +121,8 @@ class Evidence:
     def __init__(self, config: StepConfig):
         self.correct = config.correction != "none"
         self.once = config.once
-        self.completeness = Completeness(fixed=config.completeness)
+        before = delayed.UNINFORMED if config.reads_both else 1.0  # online: no complete label will come
+        self.completeness = Completeness(fixed=config.completeness, before=before)
         self.validation = DelayedValidation() if config.two_towers else None
         # the stream rows awaiting their batch copies: the once rule's labels, the validation's logits
         self.streamed = StreamedRows(logits=config.two_towers) if config.needs_ids else None
