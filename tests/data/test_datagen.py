@@ -193,7 +193,7 @@ def test_named_worlds_and_their_split():
     from primus_lib.data.datagen import world_config
     from primus_lib.data.datagen.worlds import WORLDS, names
 
-    assert len(names("development")) >= 6 and len(names("held-out")) >= 6 and len(names("reserved")) >= 6
+    assert len(names("development")) >= 6 and len(names("held-out")) >= 6 and len(names("seen")) >= 6
     splits = [set(names(split)) for split in ("development", "seen", "held-out", "reserved")]
     assert sum(map(len, splits)) == len(set().union(*splits))  # disjoint
     hours = list(iter_hours(START, START + timedelta(days=2)))[::4]

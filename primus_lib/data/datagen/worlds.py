@@ -6,11 +6,11 @@ the stream's label and how late they come, the kind of drift (slow taste drift, 
 new items, abrupt flips of whole categories, daily and weekly seasonality), popularity skew and
 rare users, the number and cardinality of sparse features, and how much of the traffic the stream
 carries. ``split`` says which were used to choose the defaults (``development``), which were held
-out by the first plan and have been run and read since (``seen``: their failures motivated the once
-rule, docs/training.md), and which never were (``held-out``): docs/eval-plan.md fixed that split
-before any held-out run. ``reserved`` worlds were defined before any design they will judge and
-have never been trained on: the next plan holds them out (``make eval-worlds`` leaves them alone).
-``probe`` worlds are instruments (the priority rule's surge), not judged.
+out by an earlier plan and have been run and read since (``seen``: their failures motivated the
+designs after them, docs/training.md), and which never were (``held-out``): docs/eval-plan.md fixed
+that split before any held-out run. ``reserved`` worlds, when there are any, were defined before any
+design they will judge and never trained on: a later plan holds them out (``make eval-worlds``
+leaves them alone). ``probe`` worlds are instruments (the priority rule's surge), not judged.
 """
 
 from __future__ import annotations
@@ -86,91 +86,91 @@ _WORLDS = [
         "ten more sparse features of 50k values, complete stream labels",
         {"extra_sparse": 10, "extra_cardinality": 50_000, "extra_effect": 0.3, **NO_LATE},
     ),
-    # held out by the second plan (docs/eval-plan.md): never run before it was committed
-    NamedWorld("flips-complete", "held-out", 0.0, "flips every 30 h, complete stream labels", {**FLIPS_30, **NO_LATE}),
+    # held out by the second plan (docs/eval-plan.md, 0339b23); run and read since: seen
+    NamedWorld("flips-complete", "seen", 0.0, "flips every 30 h, complete stream labels", {**FLIPS_30, **NO_LATE}),
     NamedWorld(
         "wide-late",
-        "held-out",
+        "seen",
         0.3,
         "eight more sparse features of 30k values with 30% late clicks",
         {"extra_sparse": 8, "extra_cardinality": 30_000, "extra_effect": 0.35, **LATE_30},
     ),
-    NamedWorld("hype-late", "held-out", 0.4, "hype waves of new items with 40% late clicks", {**HYPE, **LATE_40}),
+    NamedWorld("hype-late", "seen", 0.4, "hype waves of new items with 40% late clicks", {**HYPE, **LATE_40}),
     NamedWorld(
         "rare-flips",
-        "held-out",
+        "seen",
         0.2,
         "30k users with a heavy tail of rare ones, flips every 60 h; 20% late",
         {"users": 30_000, "activity_alpha": 1.2, "flip_every_hours": 60.0, "flip_size": 0.8},
     ),
     NamedWorld(
         "half-stream-late",
-        "held-out",
+        "seen",
         0.4,
         "the stream carries half the traffic; 40% late",
         {"stream_share": 0.5, **LATE_40},
     ),
     NamedWorld(
         "seasonal-wide",
-        "held-out",
+        "seen",
         0.1,
         "hour-of-day and day-of-week tastes, four more sparse features of 10k values; 10% late",
         {**SEASONS, "extra_sparse": 4, "extra_cardinality": 10_000, **LATE_10},
     ),
     NamedWorld(
         "quiet-complete",
-        "held-out",
+        "seen",
         0.0,
         "slow drift, few new items, exposure skewed to the hits, complete stream labels",
         {"new_item_share": 0.05, "taste_drift": 0.5, "pop_skew": 1.5, **NO_LATE},
     ),
-    # reserved for the next plan (docs/eval-plan.md): defined 2026-12-06, before any design they will
-    # judge; only the generator has run on them (their late-click shares)
+    # held out by the third plan (docs/eval-plan.md): defined 2026-12-06, before any design they judge;
+    # only the generator had run on them (their late-click shares) when it was committed
     NamedWorld(
         "flips-wide",
-        "reserved",
+        "held-out",
         0.2,
         "flips every 48 h with five more sparse features of 25k values; 20% late",
         {"flip_every_hours": 48.0, "flip_size": 0.9, "extra_sparse": 5, "extra_cardinality": 25_000},
     ),
     NamedWorld(
         "weekly-late",
-        "reserved",
+        "held-out",
         0.35,
         "a strong day-of-week taste beside a weaker daily one; 35% late",
         {"diurnal": 0.8, "weekly": 1.3, "traffic_diurnal": 0.4, "delay_median_minutes": 16.0},
     ),
     NamedWorld(
         "hype-thin",
-        "reserved",
+        "held-out",
         0.2,
         "hype waves of new items, the stream carries 35% of the traffic; 20% late",
         {**HYPE, "stream_share": 0.35},
     ),
     NamedWorld(
         "rare-late",
-        "reserved",
+        "held-out",
         0.35,
         "50k users with a heavy tail of rare ones; 35% late, some up to 10 h",
         {"users": 50_000, "activity_alpha": 1.15, "delay_median_minutes": 20.0, "max_delay_hours": 10.0},
     ),
     NamedWorld(
         "sparse-complete",
-        "reserved",
+        "held-out",
         0.0,
         "a 12% click rate, six more sparse features of 40k values, exposure skewed to the hits, complete labels",
         {"base_logit": -3.4, "extra_sparse": 6, "extra_cardinality": 40_000, "pop_skew": 1.8, **NO_LATE},
     ),
     NamedWorld(
         "fast-drift",
-        "reserved",
+        "held-out",
         0.09,
         "tastes and popularity drift twice as far, 120 categories of 4,000 items; 9% late",
         {"taste_drift": 2.0, "pop_drift": 2.0, "categories": 120, "items": 4_000, **LATE_10},
     ),
     NamedWorld(
         "half-stream-flips",
-        "reserved",
+        "held-out",
         0.3,
         "the stream carries half the traffic, flips every 40 h; 30% late",
         {"stream_share": 0.5, "flip_every_hours": 40.0, "flip_size": 1.0, **LATE_30},
