@@ -194,6 +194,7 @@ def test_named_worlds_and_their_split():
     from primus_lib.data.datagen.worlds import WORLDS, names
 
     assert len(names("development")) >= 6 and len(names("held-out")) >= 6 and len(names("seen")) >= 6
+    assert len(names("reserved")) >= 6  # the next plan's, defined before the design it will judge
     splits = [set(names(split)) for split in ("development", "seen", "held-out", "reserved")]
     assert sum(map(len, splits)) == len(set().union(*splits))  # disjoint
     hours = list(iter_hours(START, START + timedelta(days=2)))[::4]

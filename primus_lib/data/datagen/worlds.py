@@ -175,6 +175,57 @@ _WORLDS = [
         "the stream carries half the traffic, flips every 40 h; 30% late",
         {"stream_share": 0.5, "flip_every_hours": 40.0, "flip_size": 1.0, **LATE_30},
     ),
+    # reserved for a fourth plan: defined 2026-12-06 while the third plan's runs were under way, before
+    # any design they will judge; only the generator has run on them (their late-click shares)
+    NamedWorld(
+        "slow-flips-late",
+        "reserved",
+        0.31,
+        "flips every 72 h; 31% late",
+        {"flip_every_hours": 72.0, "flip_size": 0.8, "delay_median_minutes": 15.0},
+    ),
+    NamedWorld(
+        "hype-wide",
+        "reserved",
+        0.27,
+        "hype waves of new items, four more sparse features of 15k values; 27% late",
+        {**HYPE, "extra_sparse": 4, "extra_cardinality": 15_000, "delay_median_minutes": 12.0},
+    ),
+    NamedWorld(
+        "seasonal-thin",
+        "reserved",
+        0.08,
+        "hour-of-day and day-of-week tastes, the stream carries 40% of the traffic; 8% late",
+        {**SEASONS, "stream_share": 0.4, **LATE_10},
+    ),
+    NamedWorld(
+        "skewed-complete",
+        "reserved",
+        0.0,
+        "35k users with a heavy tail of rare ones, exposure strongly skewed to the hits, complete labels",
+        {"users": 35_000, "activity_alpha": 1.1, "pop_skew": 2.2, **NO_LATE},
+    ),
+    NamedWorld(
+        "late-long",
+        "reserved",
+        0.42,
+        "42% of clicks too late for the stream, some up to 20 h",
+        {"delay_median_minutes": 25.0, "max_delay_hours": 20.0},
+    ),
+    NamedWorld(
+        "quiet-flips",
+        "reserved",
+        0.07,
+        "few new items, small flips every 54 h; 7% late",
+        {"flip_every_hours": 54.0, "flip_size": 0.7, "new_item_share": 0.05, **LATE_10},
+    ),
+    NamedWorld(
+        "many-categories",
+        "reserved",
+        0.19,
+        "200 categories of 3,000 items, tastes drifting 1.5x as far; 19% late",
+        {"categories": 200, "items": 3_000, "taste_drift": 1.5},
+    ),
 ]
 # not judged: the world of the priority rule's measurement (docs/training.md, "The priority rule")
 SURGE = NamedWorld(
