@@ -17,7 +17,8 @@ the label is needed, so any spec can use it. Until both kinds were seen (a fresh
 the first batch window comes a day after its stream) a mode that will see complete labels uses
 ``UNINFORMED``: the likelihood of a label is linear in ``c``, so under a uniform prior on ``c``
 its marginal likelihood is its likelihood at the prior's mean, 1/2. (Training that day's stream
-uncorrected, ``c = 1``, cost the single tower and MTRM ~0.002 AUC where 40% of clicks are late:
+uncorrected, ``c = 1``, cost the single tower and MTRM ~0.002 AUC where 40% of clicks are late; where
+the stream sees every click, the prior is wrong that day and cost MTRM up to 0.003 in two worlds:
 docs/training.md.) A mode that never sees complete labels (online) has no evidence to come: its
 ``c`` stays 1, plain BCE, unless it is given (``primus eval``'s ``c=`` variant).
 """
