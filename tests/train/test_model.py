@@ -1,7 +1,9 @@
-"""The network's construction: under one seed MTRM's memory tower and tables start where the single tower's do."""
+"""The network's construction: under one seed MTRM's memory tower and shared tables start where the single
+tower's do; the adapt tower reads them, ``h_aux`` and its own fresh tables."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from primus_lib.train.model.stepper import LocalStepper
@@ -15,5 +17,20 @@ def test_mtrm_starts_its_memory_tower_and_tables_as_the_single_tower_and_feeds_h
     for name, table in single.embeddings.state_dict().items():
         assert torch.equal(table, mtrm.embeddings.state_dict()[name])
     width = mtrm.memory[0].in_features
-    assert mtrm.adapt[0].in_features == width + 1  # the memory logit as h_aux
-    assert single.adapt_parameters() == [] and not hasattr(single, "adapt")
+    fresh = {name: table for name, table in mtrm.fresh.state_dict().items()}
+    assert len(fresh) == len(single.embeddings.state_dict())  # one fresh table per shared one, as wide
+    assert mtrm.adapt[0].in_features == width + job.spec.model.embedding_dim * len(mtrm.keys) + 1  # + h_aux
+    assert single.adapt_parameters() == [] and not hasattr(single, "adapt") and not hasattr(single, "fresh")
+    assert len(mtrm.table_parameters()) == 2 * len(single.table_parameters())
+
+
+def test_a_checkpoint_of_another_model_is_refused_by_name(tiny):
+    """An MTRM checkpoint written before the fresh tables (or by a single tower) names what it lacks."""
+    _, job = tiny
+    single, mtrm = LocalStepper(job, mode="single_tower", seed=3), LocalStepper(job, mode="mtrm", seed=3)
+    state = mtrm.state_dict()
+    state["model"] = {k: v for k, v in state["model"].items() if ".fresh_" not in k and not k.startswith("fresh.")}
+    with pytest.raises(ValueError, match=r"lacks 3 of the model's weights \(fresh\.embedding_bags\.fresh_"):
+        LocalStepper(job, mode="mtrm", seed=3).load_state_dict(state)
+    LocalStepper(job, mode="mtrm", seed=5).load_state_dict(mtrm.state_dict())  # the same model round-trips
+    assert single.model.state_dict().keys() < mtrm.model.state_dict().keys()

@@ -128,7 +128,9 @@ def _run(rank: int, job, out: Path) -> None:
         if adapt_moved != (kind == "stream") or not memory_moved:
             report["violations"].append(f"step {step}: {kind} step moved adapt {adapt_moved}, memory {memory_moved}")
         after = _local_tables(stepper)
-        report["table_moves"].append([kind, any(not torch.equal(tables[k], after[k]) for k in tables)])
+        for prefix in ("t_", "fresh_"):  # the shared tables, the adapt tower's own
+            moved = any(not torch.equal(tables[k], after[k]) for k in tables if f".{prefix}" in k)
+            report["table_moves"].append([kind, prefix, moved])
     report["after"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
     torch.save({"dense": _dense(stepper.dense_parameters())}, out / f"dense{rank}.pt")
     final = _full_state(stepper)
@@ -185,15 +187,16 @@ def test_sharded_two_ranks(spec_file, tmp_path):
 
     # table_wise: each table whole on one rank, and both ranks hold some table.
     placement = r0["placement"]
-    assert set(placement) == {"t_user_id", "t_item_id", "t_category"}
+    assert set(placement) == {f"{p}{f}" for p in ("t_", "fresh_") for f in ("user_id", "item_id", "category")}
     assert all(kind == "table_wise" and len(ranks) == 1 for shards in placement.values() for kind, ranks in shards)
     assert {ranks[0] for shards in placement.values() for _, ranks in shards} == {0, 1}
     assert reports[1]["placement"] == placement
 
     for report in reports:
         assert report["violations"] == []
-    for kind in ("batch", "stream"):  # both kinds move the tables (on the rank that owns a touched row)
-        assert any(moved for r in reports for k, moved in r["table_moves"] if k == kind)
+    moves = {(kind, prefix) for r in reports for kind, prefix, moved in r["table_moves"] if moved}
+    # both kinds move the shared tables (on the rank that owns a touched row); only stream steps the fresh ones
+    assert moves == {("batch", "t_"), ("stream", "t_"), ("stream", "fresh_")}
 
     d0 = torch.load(out / "dense0.pt")["dense"]
     d1 = torch.load(out / "dense1.pt")["dense"]
@@ -263,7 +266,7 @@ def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
     # The fused kernel's row-wise Adagrad uses eps 1e-8 (torchrec's RowWiseAdagrad defaults to 1e-10).
-    single.sparse = RowWiseAdagrad(model.embeddings.parameters(), lr=job.spec.training.sparse_learning_rate, eps=1e-8)
+    single.sparse = RowWiseAdagrad(model.table_parameters(), lr=job.spec.training.sparse_learning_rate, eps=1e-8)
     with torch.no_grad():
         for param, value in zip(
             [*model.memory_parameters(), *model.adapt_parameters()], states["initial"]["dense"], strict=True

@@ -24,36 +24,42 @@ def _equal(before, params):
     return all(torch.equal(a, b.detach()) for a, b in zip(before, params, strict=True))
 
 
-def _tables(stepper):
-    return {k: v.clone() for k, v in stepper.model.embeddings.state_dict().items()}
+def _tables(stepper, collection="embeddings"):
+    return {k: v.clone() for k, v in getattr(stepper.model, collection).state_dict().items()}
 
 
-def test_a_batch_step_moves_the_memory_tower_and_the_tables_only(tiny):
+def _moved(before, after):
+    return any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_batch_step_moves_the_memory_tower_and_the_shared_tables_only(tiny):
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
-    tables = _tables(stepper)
+    tables, fresh = _tables(stepper), _tables(stepper, "fresh")
     result = stepper.step("batch", _batch(job))
     assert result.towers == ("memory",)
     assert _equal(adapt, stepper.model.adapt_parameters()), "a batch step changed the adapt tower"
     assert not _equal(memory, stepper.model.memory_parameters()), "a batch step did not train the memory tower"
-    after = _tables(stepper)
-    assert any(not torch.equal(tables[k], after[k]) for k in tables), "a batch step did not move the tables"
+    assert _moved(tables, _tables(stepper)), "a batch step did not move the shared tables"
+    assert not _moved(fresh, _tables(stepper, "fresh")), "a batch step moved the adapt tower's fresh tables"
 
 
-def test_an_mtrm_stream_step_trains_both_towers(tiny):
+def test_an_mtrm_stream_step_trains_both_towers_and_the_fresh_tables(tiny):
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
+    fresh = _tables(stepper, "fresh")
     result = stepper.step("stream", _batch(job, seed=2))
     assert result.towers == ("memory", "adapt")
     assert not _equal(memory, stepper.model.memory_parameters()) and not _equal(adapt, stepper.model.adapt_parameters())
+    assert _moved(fresh, _tables(stepper, "fresh")), "a stream step did not train the fresh tables"
 
 
 def test_mtrms_memory_tower_and_tables_move_exactly_as_the_single_tower(tiny):
-    """The adapt tower reads the tables and the memory logit without gradient: under one seed, MTRM's
-    memory tower and tables are bit-equal to single_tower's after any mix of steps (what MTRM minus
-    single_tower then measures is the adapt tower alone)."""
+    """The adapt tower reads the shared tables and the memory logit without gradient: under one seed, MTRM's
+    memory tower and shared tables are bit-equal to single_tower's after any mix of steps (what MTRM minus
+    single_tower then measures is the adapt tower alone, with its fresh tables)."""
     _, job = tiny
     mtrm, single = LocalStepper(job, mode="mtrm", seed=4), LocalStepper(job, mode="single_tower", seed=4)
     for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch", "stream"]):

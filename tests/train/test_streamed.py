@@ -26,7 +26,7 @@ from tests.train.conftest import minibatch
 
 def _row_grads(stepper, kind, batch):
     """d(per-row loss)/d(row's input), one row at a time summed: zero rows train nothing."""
-    x = stepper.model.inputs(stepper.model.embed(batch.sparse), batch.dense).detach().requires_grad_(True)
+    x = stepper.model.features(batch.sparse, batch.dense).detach().requires_grad_(True)
     out = forward(stepper.model, stepper.config, kind, x, batch.labels, stepper.evidence)
     out.loss.sum().backward()
     return x.grad.abs().sum(dim=1), out

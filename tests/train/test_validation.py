@@ -24,10 +24,10 @@ def _streamed(record, ids, memory, adapt):
     record.record_logits(torch.as_tensor(memory, dtype=torch.float32), torch.as_tensor(adapt, dtype=torch.float32))
 
 
-def test_the_expert_closest_to_the_complete_labels_gains_the_weight_and_the_tables():
+def test_the_expert_closest_to_the_complete_labels_gains_the_weight():
     rng = np.random.default_rng(0)
     validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
-    assert validation.weights()["mean"] > 0.9 and validation.adapt_share() == 0.0  # the prior: the mean
+    assert validation.weights()["mean"] > 0.9  # the prior: the mean
     for step in range(40):
         ids = [f"s{step}-{i}" for i in range(64)]
         labels = (rng.random(64) < 0.3).astype(np.float32)
@@ -37,11 +37,11 @@ def test_the_expert_closest_to_the_complete_labels_gains_the_weight_and_the_tabl
         _scored(validation, record, ids, labels)
         assert not len(record.table)  # every kept row scored once
     w = validation.weights()
-    assert w["adapt"] > 0.99 and validation.adapt_share() > 0.98
+    assert w["adapt"] > 0.99
     assert validation.scored == 40 * 64
 
 
-def test_unknown_ids_score_nothing_and_the_memory_tower_keeps_the_tables_when_it_wins():
+def test_unknown_ids_score_nothing_and_the_memory_tower_wins_where_it_is_right():
     validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
     assert record.take(["nobody"]).logits is None
     assert DelayedValidation.score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0, 0.0, 0.0, 0.0]
@@ -50,7 +50,7 @@ def test_unknown_ids_score_nothing_and_the_memory_tower_keeps_the_tables_when_it
         ids = [f"{step}-{i}" for i in range(64)]
         _streamed(record, ids, np.where(labels == 1, 3.0, -3.0), np.zeros(64))
         _scored(validation, record, ids, labels)
-    assert validation.weights()["memory"] > 0.99 and validation.adapt_share() == 0.0
+    assert validation.weights()["memory"] > 0.99
 
 
 def test_rows_without_logits_are_not_scored():

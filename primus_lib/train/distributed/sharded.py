@@ -22,8 +22,8 @@ local one, so the trainer's control loop drives it unchanged:
   (``Group.reduce_grads``), as on the replicated path: Algorithm 1's separation holds by
   construction (tested bit-equal on every rank).
 - **Embedding updates**: the fused optimizer updates on every backward that reaches the tables;
-  the adapt tower reads them detached (``objective.forward``), so only the memory tower's loss
-  moves them, on every rank alike.
+  the adapt tower reads the shared tables detached and moves only its fresh ones (``network.py``),
+  on every rank alike.
 - **Zero-row ranks**: every rank must join each step's all-to-alls. A rank with no rows
   joins with one dummy row (ids 0, dense 0) whose loss weight is 0: it contributes zero
   gradient to the towers and to row 0 of each table (row-wise Adagrad leaves a row with a
@@ -54,7 +54,7 @@ from primus_lib.storage import StorageLocation, Where, locate
 from primus_lib.train.checkpoint.sharded import MODELS, prune_models
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model.batch import Batch
-from primus_lib.train.model.network import TwoTowerModel
+from primus_lib.train.model.network import TwoTowerModel, table_names
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
 from primus_lib.train.model.stepper import tower_adam
 
@@ -101,7 +101,9 @@ def build_sharded_model(
     spec = job.spec
     model = TwoTowerModel(spec.features, spec.model, two_towers=two_towers, sparse_lr=sparse_lr, tables="sharded")
     types = types or sharding_types(device, spec.training.sharding_types)
-    constraints = {f"t_{f.name}": ParameterConstraints(sharding_types=list(types)) for f in spec.features.sparse}
+    constraints = {
+        name: ParameterConstraints(sharding_types=list(types)) for name in table_names(spec.features, two_towers)
+    }
     world = dist.get_world_size()
     topology = Topology(world_size=world, local_world_size=_local_world(world), compute_device=device.type)
     sharders = [EmbeddingBagCollectionSharder()]
@@ -212,7 +214,7 @@ class ShardedStepper:
         use = real if real is not None else self._pad
         sparse = use.sparse.to(self.device)
         dense, labels = use.dense.to(self.device), use.labels.to(self.device)
-        x = self.model.inputs(self.model.embed(sparse), dense)
+        x = self.model.features(sparse, dense, fresh=kind == "stream")
         self.evidence.before_step(
             kind, real.keys if real is not None else None, labels if real is not None else None, group
         )
@@ -236,7 +238,7 @@ class ShardedStepper:
         """The served probability of this rank's rows (collective: every rank calls, None = no rows)."""
         self.model.eval()
         use = batch if batch is not None and batch.size else self._pad
-        x = self.model.inputs(self.model.embed(use.sparse.to(self.device)), use.dense.to(self.device))
+        x = self.model.features(use.sparse.to(self.device), use.dense.to(self.device))
         probs = predict_probs(self.model, self.config, x, self.evidence, output).cpu().numpy()
         return probs if batch is not None and batch.size else probs[:0]
 

@@ -1,11 +1,14 @@
-"""The MTRM network: shared TorchRec embeddings, a memory tower and an adapt tower.
+"""The MTRM network: shared TorchRec embeddings, a memory tower and an adapt tower with fresh tables.
 
-Both towers read ``[embeddings, dense]``; the adapt tower also reads ``h_aux``, the memory tower's
-logit computed without gradient (Algorithm 1). Single-tower modes build the memory tower alone.
-Embeddings are a TorchRec EmbeddingBagCollection: fused (one process: row-wise Adagrad runs inside
+The memory tower reads ``[embeddings, dense]``. The adapt tower also reads ``h_aux``, the memory tower's
+logit computed without gradient (Algorithm 1), and its own fresh tables (one per sparse feature, as
+wide as the shared ones) that only its stream loss moves; it reads the shared tables without moving
+them. So the shared tables and the memory tower train exactly as the single tower's, and in a world
+whose tastes turn, the adapt tower has embeddings that yesterday's rows never pulled back. The cost is
+a second copy of every table (docs/training.md). Single-tower modes build the memory tower alone.
+Embeddings are TorchRec EmbeddingBagCollections: fused (one process: row-wise Adagrad runs inside
 backward), replicated (data-parallel ranks: plain tables, gradients all-reduced, Adagrad stepped
-by the stepper) or, for DMP sharding, one whose in-backward optimizer DMP fuses into its shards.
-A tower that must not move the tables reads them detached: no gradient reaches them.
+by the stepper) or, for DMP sharding, ones whose in-backward optimizer DMP fuses into its shards.
 """
 
 from __future__ import annotations
@@ -32,18 +35,29 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _configs(features: FeaturesSpec, dim: int) -> list[EmbeddingBagConfig]:
+SHARED, FRESH = "t_", "fresh_"  # the tables' name prefixes: the shared tables, the adapt tower's own
+
+
+def table_names(features: FeaturesSpec, two_towers: bool) -> list[str]:
+    return [f"{prefix}{f.name}" for prefix in (SHARED, FRESH)[: 1 + two_towers] for f in features.sparse]
+
+
+def _configs(features: FeaturesSpec, dim: int, prefix: str) -> list[EmbeddingBagConfig]:
     return [
-        EmbeddingBagConfig(name=f"t_{f.name}", embedding_dim=dim, num_embeddings=f.buckets, feature_names=[f.name])
+        EmbeddingBagConfig(
+            name=f"{prefix}{f.name}", embedding_dim=dim, num_embeddings=f.buckets, feature_names=[f.name]
+        )
         for f in features.sparse
     ]
 
 
-def build_embeddings(features: FeaturesSpec, dim: int, sparse_lr: float, tables: Tables) -> nn.Module:
-    """The tables of ``tables`` kind (see the module docstring)."""
+def build_embeddings(
+    features: FeaturesSpec, dim: int, sparse_lr: float, tables: Tables, prefix: str = SHARED
+) -> nn.Module:
+    """The tables of ``tables`` kind (see the module docstring), named ``prefix`` + the feature."""
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-    configs = _configs(features, dim)
+    configs = _configs(features, dim, prefix)
     if tables == "replicated":
         return EmbeddingBagCollection(tables=configs, device=torch.device("cpu"))
     if tables == "fused":
@@ -71,32 +85,47 @@ class TwoTowerModel(nn.Module):
         self.keys = [f.name for f in features.sparse]
         self.n_dense = len(features.dense)
         self.embeddings = build_embeddings(features, spec.embedding_dim, sparse_lr, tables)
-        width = spec.embedding_dim * len(self.keys) + self.n_dense
-        self.memory = mlp([width, *spec.memory_tower])
+        self.width = spec.embedding_dim * len(self.keys) + self.n_dense  # the memory tower's input
+        self.memory = mlp([self.width, *spec.memory_tower])
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)
         self.two_towers = two_towers
         if two_towers:  # drawn after the memory tower: a single tower of the same seed starts as it does
-            self.adapt = mlp([width + 1, *spec.adapt_tower])
+            self.fresh = build_embeddings(features, spec.embedding_dim, sparse_lr, tables, prefix=FRESH)
+            fresh_width = spec.embedding_dim * len(self.keys)
+            self.adapt = mlp([self.width + fresh_width + 1, *spec.adapt_tower])
             self.adapt_head = nn.Linear(spec.adapt_tower[-1], 1)
 
-    def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
-        pooled = self.embeddings(sparse)
+    def _pooled(self, collection: nn.Module, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        pooled = collection(sparse)
         if pooled.keys() == self.keys:  # the tables' order (always, unless a collection reorders them)
             return pooled.values()
         return torch.cat([pooled[k] for k in self.keys], dim=1)
 
-    def inputs(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        if not self.n_dense:
-            return emb
-        return torch.cat([emb, torch.sign(dense) * torch.log1p(dense.abs())], dim=1)
+    def features(self, sparse: KeyedJaggedTensor, dense: torch.Tensor, *, fresh: bool = True) -> torch.Tensor:
+        """``[shared embeddings, dense, fresh embeddings]``: the memory tower reads the first ``width``
+        columns; the fresh ones (MTRM, unless ``fresh`` is False: a batch step has no use for them) the
+        adapt tower alone."""
+        x = self._pooled(self.embeddings, sparse)
+        if self.n_dense:
+            x = torch.cat([x, torch.sign(dense) * torch.log1p(dense.abs())], dim=1)
+        if fresh and self.two_towers:
+            x = torch.cat([x, self._pooled(self.fresh, sparse)], dim=1)
+        return x
 
     def memory_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.memory_head(self.memory(x)).squeeze(1)
+        return self.memory_head(self.memory(x[:, : self.width])).squeeze(1)
 
     def adapt_forward(self, x: torch.Tensor, memory_logit: torch.Tensor) -> torch.Tensor:
-        """The adapt logit on ``x`` and ``h_aux``, the memory logit (no gradient flows back into it)."""
-        h_aux = memory_logit.detach()[:, None]
-        return self.adapt_head(self.adapt(torch.cat([x, h_aux], dim=1))).squeeze(1)
+        """The adapt logit on ``x`` (its shared columns without gradient: the adapt tower does not move the
+        shared tables) and ``h_aux``, the memory logit (no gradient flows back into it)."""
+        if x.shape[1] == self.width:
+            raise ValueError("the adapt tower reads its fresh tables: build x with features(..., fresh=True)")
+        shared, fresh = x[:, : self.width].detach(), x[:, self.width :]
+        return self.adapt_head(self.adapt(torch.cat([shared, fresh, memory_logit.detach()[:, None]], dim=1))).squeeze(1)
+
+    def table_parameters(self) -> list[nn.Parameter]:
+        """Every table's weights: the shared ones, then (MTRM) the adapt tower's fresh ones."""
+        return [*self.embeddings.parameters(), *(self.fresh.parameters() if self.two_towers else [])]
 
     def memory_parameters(self) -> list[nn.Parameter]:
         return [*self.memory.parameters(), *self.memory_head.parameters()]

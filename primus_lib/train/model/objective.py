@@ -11,12 +11,12 @@ offline_then_online    the tower until switch  the tower after the switch       
 =====================  ======================  ======================================  ======================
 
 The memory tower and the shared tables train on every row a mode reads, exactly as the single
-tower does. The adapt tower trains on stream rows only, reading the memory logit without gradient
-(``h_aux``): the fresh view, which the batch rows (a day old) never reach. It moves the tables in
-proportion to its validated advantage (``validation.py``: its weight among MTRM's outputs, scored on
-complete labels); while that is ~0, MTRM's memory tower and tables move exactly as the single
-tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of
-its outputs that the same validation weighs (``serve: mixture``, the default). A stream row's label
+tower does. The adapt tower trains on stream rows only, reading the memory logit (``h_aux``) and the
+shared tables without gradient, and its own fresh tables (``network.py``): the fresh view, which the
+batch rows (a day old) never reach. MTRM's memory tower and shared tables move exactly as the single
+tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of its
+outputs that a delayed validation on complete labels weighs (``validation.py``; ``serve: mixture``,
+the default). A stream row's label
 is provisional (late clicks are missing): every mode's stream loss is
 ``spec.model.stream_correction``'s (``delayed.py``). (once): a mode that reads both kinds trains each
 impression once: the batch copy of a streamed row trains only what its stream step lacked
@@ -159,10 +159,6 @@ class Evidence:
     def c(self) -> float:
         return self.completeness.value
 
-    @property
-    def adapt_share(self) -> float:
-        return self.validation.adapt_share() if self.validation is not None else 0.0
-
     def state_dict(self) -> dict:
         state = {"completeness": self.completeness.state_dict()}
         if self.validation is not None:
@@ -185,9 +181,8 @@ def forward(
     """Per-row loss of a minibatch of ``kind`` (``"batch"``: complete labels; ``"stream"``: provisional)."""
     if kind not in modes.KINDS:
         raise ValueError(f"minibatch kind: expected one of {modes.KINDS}, got {kind!r}")
-    share = evidence.adapt_share  # the fresh tower's validated share of the tables (0: the single tower's)
-    if kind == "batch":  # a day-old row moves the tables the less, the more the fresh tower has won
-        memory_logit = model.memory_forward(_scaled(x, 1.0 - share))
+    if kind == "batch":
+        memory_logit = model.memory_forward(x)
         loss = F.binary_cross_entropy_with_logits(memory_logit, labels, reduction="none")
         if evidence.copies is not None:  # a streamed row's copy trains only what its stream step lacked
             copies = evidence.copies.to(memory_logit.device)  # kept on the host; the logits may be on a GPU
@@ -200,18 +195,9 @@ def forward(
     loss = delayed.stream_loss(config.correction, memory_logit, labels, c)
     if not config.two_towers:
         return Forward(loss, memory_logit, None, ("memory",))
-    adapt_logit = model.adapt_forward(_scaled(x, share), memory_logit)
+    adapt_logit = model.adapt_forward(x, memory_logit)
     loss = loss + delayed.stream_loss(config.correction, adapt_logit, labels, c)
     return Forward(loss, memory_logit, adapt_logit, ("memory", "adapt"))
-
-
-def _scaled(x: torch.Tensor, share: float) -> torch.Tensor:
-    """``x`` whose gradient into the tables is scaled by ``share`` (the value is unchanged)."""
-    if share >= 1.0:
-        return x
-    if share <= 0.0:
-        return x.detach()
-    return x * share + x.detach() * (1.0 - share)
 
 
 def served_probs(

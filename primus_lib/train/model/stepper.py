@@ -102,13 +102,13 @@ class LocalStepper:
             self.optimizers["adapt"] = tower_adam(self.model.adapt_parameters(), lr)
         # the parameters' lists, once: a step would otherwise walk the modules for them (~30 times)
         self.params = list(self.model.parameters())
-        self.tables = list(self.model.embeddings.parameters())
+        self.tables = self.model.table_parameters()
         self.tower_params = {"memory": self.model.memory_parameters(), "adapt": self.model.adapt_parameters()}
         self.sparse: torch.optim.Optimizer | None = None  # replicated tables: stepped after the all-reduce
         if tables == "replicated":
             from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-            self.sparse = RowWiseAdagrad(self.model.embeddings.parameters(), lr=self.config.sparse_learning_rate)
+            self.sparse = RowWiseAdagrad(self.tables, lr=self.config.sparse_learning_rate)
 
     @property
     def mode(self) -> str:
@@ -117,7 +117,7 @@ class LocalStepper:
     def _forward(self, kind: str, batch: Batch):
         if not self.model.training:  # train() walks every module: only after predict()
             self.model.train()
-        x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
+        x = self.model.features(batch.sparse, batch.dense, fresh=kind == "stream")
         out = forward(self.model, self.config, kind, x, batch.labels, self.evidence)
         self.evidence.after_forward(kind, out)
         return out
@@ -162,7 +162,7 @@ class LocalStepper:
     def predict(self, batch: Batch, output: str | None = None) -> np.ndarray:
         """The served probability (``output`` overrides it: "memory" | "adapt" | "mean" | "mixture")."""
         self.model.eval()
-        x = self.model.inputs(self.model.embed(batch.sparse), batch.dense)
+        x = self.model.features(batch.sparse, batch.dense)
         return predict_probs(self.model, self.config, x, self.evidence, output).numpy()
 
     # -- checkpoint state ---------------------------------------------------------------
@@ -179,6 +179,13 @@ class LocalStepper:
         return self.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
+        missing = [name for name in self.model.state_dict() if name not in state["model"]]
+        if missing:
+            raise ValueError(
+                f"the checkpoint lacks {len(missing)} of the model's weights ({', '.join(missing[:3])}...): another "
+                "model wrote it (mode, features or a Primus before MTRM's fresh tables); resume it with the spec "
+                "and version that wrote it, or start the job afresh"
+            )
         self.model.load_state_dict(state["model"])
         for name, opt in self.optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
@@ -188,4 +195,10 @@ class LocalStepper:
         self.evidence.load_state_dict(state["evidence"], self.group.rank)
 
     def sparse_optimizer(self):
-        return self.sparse if self.sparse is not None else self.model.embeddings.fused_optimizer()
+        if self.sparse is not None:
+            return self.sparse
+        if not self.model.two_towers:
+            return self.model.embeddings.fused_optimizer()
+        from torchrec.optim.keyed import CombinedOptimizer
+
+        return CombinedOptimizer([self.model.embeddings.fused_optimizer(), self.model.fresh.fused_optimizer()])

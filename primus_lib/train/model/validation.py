@@ -7,11 +7,8 @@ with the rows' record (``streamed.py``, keyed by the sample id), and the batch s
 row's complete label scores them, as ``primus eval`` scores a run. Three experts: the memory
 tower, the adapt tower and the mean of their logits. Their log losses are summed with an exponential discount (``HALFLIFE_ROWS`` scored rows) and
 the weights are ``exp(-L_k)`` normalised (the Bayesian mixture: its cumulative loss is within
-``log 3`` of the best expert's). The served output is ``sum_k w_k p_k``. Once the adapt tower wins
-the validation outright (weight above one half) it also moves the tables, with a share ``2 w - 1``
-of its gradient (``objective.forward``): a world in which the fresh tower beats the others
-(yesterday's data misleads) gets fresher tables; elsewhere they learn from the memory tower alone,
-exactly as the single tower's do. Before any row is scored the prior favours the mean.
+``log 3`` of the best expert's). The served output is ``sum_k w_k p_k``. Before any row is scored
+the prior favours the mean.
 
 Rows past the record's capacity go unscored. The logits are not checkpointed: after a restart the
 scoring resumes with the rows of the new process. A data-parallel world sums each step's losses over
@@ -64,10 +61,6 @@ class DelayedValidation:
         raw = {k: math.exp(low - v) for k, v in self.loss.items()}
         total = sum(raw.values())
         return {k: v / total for k, v in raw.items()}
-
-    def adapt_share(self) -> float:
-        """The adapt tower's share of the table updates: 0 until it holds most of the weight, then ``2 w - 1``."""
-        return max(0.0, 2.0 * self.weights()["adapt"] - 1.0)
 
     def mixture(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> torch.Tensor:
         """The served probability ``sum_k w_k p_k``."""
