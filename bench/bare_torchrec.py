@@ -11,7 +11,7 @@ TorchRec code rather than against its own step.
 - single tower: every minibatch trains the tower and the tables (binary cross-entropy);
 - two towers (MTRM's shape): a batch minibatch trains the memory tower and the tables; a stream
   minibatch trains both towers, the adapt tower reading the embeddings and the memory logit
-  detached;
+  detached and a second collection of its own tables (as wide, row-wise Adagrad in backward too);
 - minibatches: ``KeyedJaggedTensor.from_lengths_sync`` and dense/label tensors, all built before
   the clock starts (``build_batches``).
 """
@@ -85,19 +85,30 @@ class BareModel(nn.Module):
             EmbeddingBagConfig(name=f"t_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
             for k, n in shape.sparse.items()
         ]
-        cpu = torch.device("cpu")
-        if tables == "fused":
-            self.ebc = FusedEmbeddingBagCollection(
-                tables=configs, optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": shape.sparse_lr}, device=cpu
-            )
-        else:
-            self.ebc = EmbeddingBagCollection(tables=configs, device=cpu)
-            with warnings.catch_warnings():  # "deprecated: use torch.distributed's": the documented name
-                warnings.simplefilter("ignore", DeprecationWarning)
-                apply_optimizer_in_backward(RowWiseAdagrad, self.ebc.parameters(), {"lr": shape.sparse_lr})
+        self.ebc = _collection(shape, configs, tables)
         width = shape.dim * len(shape.sparse) + len(shape.dense)
         self.memory = _mlp(width, shape.memory)
-        self.adapt = _mlp(width + 1, shape.adapt) if two_towers else None
+        self.adapt, self.adapt_ebc = None, None
+        if two_towers:
+            fresh = [
+                EmbeddingBagConfig(name=f"a_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
+                for k, n in shape.sparse.items()
+            ]
+            self.adapt_ebc = _collection(shape, fresh, tables)
+            self.adapt = _mlp(width + shape.dim * len(shape.sparse) + 1, shape.adapt)
+
+
+def _collection(shape: Shape, configs: list[EmbeddingBagConfig], tables: str) -> nn.Module:
+    cpu = torch.device("cpu")
+    if tables == "fused":
+        return FusedEmbeddingBagCollection(
+            tables=configs, optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": shape.sparse_lr}, device=cpu
+        )
+    ebc = EmbeddingBagCollection(tables=configs, device=cpu)
+    with warnings.catch_warnings():  # "deprecated: use torch.distributed's": the documented name
+        warnings.simplefilter("ignore", DeprecationWarning)
+        apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": shape.sparse_lr})
+    return ebc
 
 
 class BareLoop:
@@ -114,7 +125,8 @@ class BareLoop:
         loss = F.binary_cross_entropy_with_logits(memory_logit, b.labels)
         both = b.kind == "stream" and self.adapt_opt is not None
         if both:
-            h = torch.cat([x.detach(), memory_logit.detach()[:, None]], dim=1)
+            own = self.model.adapt_ebc(b.sparse).values()
+            h = torch.cat([x.detach(), own, memory_logit.detach()[:, None]], dim=1)
             loss = loss + F.binary_cross_entropy_with_logits(self.model.adapt(h).squeeze(1), b.labels)
             self.adapt_opt.zero_grad()
         self.memory_opt.zero_grad()
