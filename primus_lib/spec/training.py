@@ -51,9 +51,14 @@ class FeaturesSpec(SpecModel):
 
 class ModelSpec(SpecModel):
     """MTRM's network (docs/training.md): the memory tower trains on every row the mode reads, the adapt
-    tower on stream rows only, reading the memory tower's logit (``h_aux``) without gradient."""
+    tower on stream rows only, reading the memory tower's logit (``h_aux``) and the shared tables without
+    gradient, and fresh tables of its own."""
 
-    embedding_dim: int = Field(16, gt=0, description="Width of every embedding table's rows.")
+    embedding_dim: int = Field(
+        16,
+        gt=0,
+        description="Width of every embedding table's rows (mtrm holds each table twice: the adapt tower's own).",
+    )
     memory_tower: list[int] = Field(
         default_factory=lambda: [128, 64],
         min_length=1,
