@@ -10,7 +10,8 @@ import torch
 from torch.nn import functional as F
 
 from primus_lib.spec.training import ModelSpec
-from primus_lib.train.model.delayed import UNINFORMED, Completeness, likelihood_loss, stream_loss
+from primus_lib.train.model.delayed import UNINFORMED, Completeness, complete_logit, likelihood_loss, stream_loss
+from primus_lib.train.model.objective import forward
 from primus_lib.train.model.stepper import LocalStepper
 from tests.train.test_steps import _batch
 
@@ -109,3 +110,31 @@ def test_every_mode_corrects_its_stream_steps_and_a_known_completeness_is_used_a
     both.step("batch", batch)
     both.step("stream", batch)
     assert both.evidence.c == 1.0  # the same rows' labels on both sides: every click seen by the stream
+
+
+def test_a_real_time_probability_is_read_as_a_complete_label_one_through_c():
+    q = torch.tensor([0.1, 0.3, 0.45, 0.9])
+    p = torch.sigmoid(complete_logit(torch.logit(q), 0.5))
+    torch.testing.assert_close(p[:3], torch.tensor([0.2, 0.6, 0.9]))
+    assert 0.999 < float(p[3]) < 1.0  # q / c above 1 is capped below it
+    logits = torch.tensor([-2.0, 0.0, 3.0])
+    assert torch.equal(complete_logit(logits, 1.0), logits)  # every click seen: the output as it is
+
+
+def test_mtrms_adapt_tower_fits_the_real_time_label_and_is_served_through_c(tiny):
+    """Under ``likelihood`` the memory tower's stream loss is the likelihood, the adapt tower's plain BCE on
+    the real-time label; its output ``q`` is recorded and served as ``q / c``. Under ``none``: as it is."""
+    _, job = tiny
+    batch = _batch(job, seed=3)
+    for correction, c in (("likelihood", 0.5), ("none", 1.0)):
+        stepper = LocalStepper(job, mode="mtrm", completeness=0.5, correction=correction)
+        x = stepper.model.features(batch.sparse, batch.dense)
+        out = forward(stepper.model, stepper.config, "stream", x, batch.labels, stepper.evidence)
+        memory = stepper.model.memory_forward(x)
+        adapt = stepper.model.adapt_forward(x, memory)
+        memory_loss = stream_loss(correction, memory, batch.labels, 0.5)
+        expected = memory_loss + F.binary_cross_entropy_with_logits(adapt, batch.labels, reduction="none")
+        torch.testing.assert_close(out.loss, expected)
+        complete = (torch.sigmoid(adapt) / c).clamp(1e-7, 1 - 1e-6).detach()
+        torch.testing.assert_close(torch.sigmoid(out.adapt_logit), complete)
+        np.testing.assert_allclose(stepper.predict(batch, output="adapt"), complete.numpy(), rtol=1e-5)

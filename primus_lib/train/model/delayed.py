@@ -11,6 +11,11 @@ real-time label sees (missed independently of the features: the simple model),
   still to come. With ``c = 1`` (no click is late) it is plain BCE.
 - ``none``: plain BCE on the real-time label (Algorithm 1 as written).
 
+MTRM's adapt tower is the exception under ``likelihood``: it fits the real-time label itself (plain
+BCE, so a negative teaches it at full strength, as it does online, where tastes turn) and its output
+``q`` is read as the complete-label probability ``p = q / c`` (``complete_logit``): the same delay
+model, the other side of it.
+
 ``c`` comes from the labels the trainer sees anyway (``Completeness``): running click rates of
 the stream's and the batch's minibatches, ``c = stream rate / batch rate``. No column beyond
 the label is needed, so any spec can use it. Until both kinds were seen (a fresh job's first day:
@@ -97,3 +102,11 @@ def stream_loss(correction: str, logit: torch.Tensor, labels: torch.Tensor, c: f
     if correction == "none":
         return F.binary_cross_entropy_with_logits(logit, labels, reduction="none")
     raise ValueError(f"stream_correction: expected likelihood or none, got {correction!r}")
+
+
+def complete_logit(logit: torch.Tensor, c: float) -> torch.Tensor:
+    """The logit of ``p = q / c`` (capped below 1) for a tower that fits the real-time label: ``q = sigmoid(logit)``."""
+    if c >= 1.0:
+        return logit
+    p = (torch.sigmoid(logit) / max(c, 1e-6)).clamp(1e-7, 1.0 - 1e-6)
+    return torch.log(p) - torch.log1p(-p)

@@ -16,9 +16,9 @@ shared tables without gradient, and its own fresh tables (``network.py``): the f
 batch rows (a day old) never reach. MTRM's memory tower and shared tables move exactly as the single
 tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of its
 outputs that a delayed validation on complete labels weighs (``validation.py``; ``serve: mixture``,
-the default). A stream row's label
-is provisional (late clicks are missing): every mode's stream loss is
-``spec.model.stream_correction``'s (``delayed.py``). (once): a mode that reads both kinds trains each
+the default). A stream row's label is provisional (late clicks are missing): every tower's stream
+loss is ``spec.model.stream_correction``'s, but the adapt tower's, which fits the real-time label and
+is read through the same delay model (``delayed.py``). (once): a mode that reads both kinds trains each
 impression once: the batch copy of a streamed row trains only what its stream step lacked
 (``streamed.py``). docs/training.md has the measurements.
 """
@@ -110,7 +110,7 @@ class StepResult:
 class Forward:
     loss: torch.Tensor  # per row
     memory_logit: torch.Tensor
-    adapt_logit: torch.Tensor | None
+    adapt_logit: torch.Tensor | None  # the adapt tower's complete-label logit, without gradient
     towers: tuple[str, ...]
 
 
@@ -196,8 +196,13 @@ def forward(
     if not config.two_towers:
         return Forward(loss, memory_logit, None, ("memory",))
     adapt_logit = model.adapt_forward(x, memory_logit)
-    loss = loss + delayed.stream_loss(config.correction, adapt_logit, labels, c)
-    return Forward(loss, memory_logit, adapt_logit, ("memory", "adapt"))
+    loss = loss + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")  # the real-time label
+    return Forward(loss, memory_logit, _adapt_output(config, adapt_logit.detach(), c), ("memory", "adapt"))
+
+
+def _adapt_output(config: StepConfig, adapt_logit: torch.Tensor, c: float) -> torch.Tensor:
+    """The adapt tower's complete-label logit: it fits the real-time label (``delayed.py``)."""
+    return delayed.complete_logit(adapt_logit, c) if config.correction == "likelihood" else adapt_logit
 
 
 def served_probs(
@@ -226,5 +231,7 @@ def predict_probs(model: TwoTowerModel, config: StepConfig, x: torch.Tensor, evi
     """The served probability of ``x`` (``output``: "memory" | "adapt" | "mean" | "mixture" overrides it)."""
     output = config.served(output)
     memory_logit = model.memory_forward(x)
-    adapt_logit = model.adapt_forward(x, memory_logit) if output != "memory" and model.two_towers else None
+    if output == "memory" or not model.two_towers:
+        return served_probs(output, memory_logit, None, evidence)
+    adapt_logit = _adapt_output(config, model.adapt_forward(x, memory_logit), evidence.c)
     return served_probs(output, memory_logit, adapt_logit, evidence)
