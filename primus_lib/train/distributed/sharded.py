@@ -238,7 +238,8 @@ class ShardedStepper:
         """The served probability of this rank's rows (collective: every rank calls, None = no rows)."""
         self.model.eval()
         use = batch if batch is not None and batch.size else self._pad
-        x = self.model.features(use.sparse.to(self.device), use.dense.to(self.device))
+        fresh = self.config.served(output) != "memory"  # the same on every rank: the lookups are collective
+        x = self.model.features(use.sparse.to(self.device), use.dense.to(self.device), fresh=fresh)
         probs = predict_probs(self.model, self.config, x, self.evidence, output).cpu().numpy()
         return probs if batch is not None and batch.size else probs[:0]
 

@@ -162,7 +162,7 @@ class LocalStepper:
     def predict(self, batch: Batch, output: str | None = None) -> np.ndarray:
         """The served probability (``output`` overrides it: "memory" | "adapt" | "mean" | "mixture")."""
         self.model.eval()
-        x = self.model.features(batch.sparse, batch.dense)
+        x = self.model.features(batch.sparse, batch.dense, fresh=self.config.served(output) != "memory")
         return predict_probs(self.model, self.config, x, self.evidence, output).numpy()
 
     # -- checkpoint state ---------------------------------------------------------------
