@@ -30,7 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data-seeds",
         action="store_true",
-        help="generate fresh data per seed under OUT/data/seed-N (seed = data seed)",
+        help="generate fresh data per seed under OUT/data/seed-N (seed = data seed), removed after the report",
+    )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="with --data-seeds: keep OUT/data (another run on the same OUT reuses it instead of generating)",
     )
     parser.add_argument(
         "--rows-per-hour", type=integer(1), default=3000, help="with --data-seeds: impressions per hour"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -145,6 +146,7 @@ class BacktestOptions:
     world: str | None = None  # datagen overrides for --data-seeds
     model_seed_offset: int = 0  # the model's seed is the seed plus this (other starts on the same data)
     capacity: int | None = None  # rows the trainer can train per hour (None: all that arrived)
+    keep_data: bool = False  # with data_seeds: leave the generated data (~0.3 GB a seed) for another run
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace, data: str | None) -> BacktestOptions:
@@ -168,6 +170,7 @@ class BacktestOptions:
             world=args.world,
             model_seed_offset=_model_seed_offset(args.model_seed_offset),
             capacity=_capacity(args.capacity),
+            keep_data=args.keep_data,
         )
 
 
@@ -330,6 +333,8 @@ def run_backtest(job: PrimusJob, options: BacktestOptions, observer: Observer | 
                 print(line, flush=True)
     options.out.mkdir(parents=True, exist_ok=True)
     report.write(job, start, end, timelines[next(iter(timelines))], options)
+    if world is not None and not options.keep_data:  # a grid over many worlds would fill the disk
+        shutil.rmtree(options.out / "data", ignore_errors=True)
     return report
 
 

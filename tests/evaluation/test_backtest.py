@@ -215,3 +215,15 @@ def test_resent_late_clicks_are_trained_on_not_scored(tmp_path, monkeypatch):
     a, b = run_one(late_job, late, config, 0), run_one(plain_job, plain, config, 0)
     assert [(w["window"], w["samples"]) for w in a.windows] == [(w["window"], w["samples"]) for w in b.windows]
     assert a.windows != b.windows  # the re-sent clicks were trained on
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_generated_world_data_is_removed_after_the_report_unless_kept(tmp_path, keep):
+    """A grid over many worlds filled a disk with their data (~0.3 GB a seed): it goes once scored."""
+    out = tmp_path / "out"
+    args = ["eval", "config/jobs/worlds-eval.yaml", "--data-seeds", "--seeds", "0", "--rows-per-hour", "40"]
+    args += ["--end", "2026-11-01T05:00:00Z", "--eval-from", "2026-11-01T03:00:00Z"]
+    args += ["--modes", "single_tower", "--world", "delay_median_minutes=30", "--out", str(out), "-q"]
+    assert main([*args, *(["--keep-data"] if keep else [])]) == 0
+    assert json.loads((out / "report.json").read_text())["modes"]["single_tower"]["samples"] > 0
+    assert (out / "data" / "seed-0" / "stream" / "events.jsonl").exists() == keep
