@@ -70,8 +70,8 @@ class ModelSpec(SpecModel):
     serve: ServedOutput = Field(
         "mixture",
         description="MTRM's served output: the mixture of its towers and their mean in logits, weighted by how "
-        "each scored on complete labels (progressive validation in the trainer); or the mean, or one tower "
-        "(single-tower modes serve their tower).",
+        "each scored on complete labels a day later and, at once, on real-time labels through the delay model "
+        "(progressive validation in the trainer); or the mean, or one tower (single-tower modes serve their tower).",
     )
     stream_correction: StreamCorrection = Field(
         "likelihood",

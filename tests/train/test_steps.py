@@ -70,7 +70,7 @@ def test_mtrms_memory_tower_and_tables_move_exactly_as_the_single_tower(tiny):
     assert all(torch.equal(v, _tables(mtrm)[k]) for k, v in _tables(single).items())
     batch = _batch(job, seed=99)
     np.testing.assert_array_equal(mtrm.predict(batch, output="memory"), single.predict(batch))
-    assert not np.allclose(mtrm.predict(batch), single.predict(batch))  # MTRM serves the mean of both towers
+    assert not np.allclose(mtrm.predict(batch, output="adapt"), single.predict(batch))  # the adapt tower adds
 
 
 @pytest.mark.parametrize("mode", ["single_tower", "offline", "online", "offline_then_online"])
@@ -103,7 +103,8 @@ def test_the_served_outputs(tiny):
     np.testing.assert_allclose(
         stepper.predict(batch), w["memory"] * memory + w["adapt"] * adapt + w["mean"] * mean, rtol=1e-5
     )
-    assert stepper.config.served() == "mixture" and w["mean"] > 0.5
+    assert stepper.config.served() == "mixture"
+    assert LocalStepper(job, mode="mtrm").evidence.validation.weights()["mean"] > 0.9  # the prior
     adapt_served = LocalStepper(job, mode="mtrm", serve="adapt")
     assert adapt_served.config.served() == "adapt" and LocalStepper(job, mode="online").config.served() == "memory"
     with pytest.raises(ValueError, match="serve: expected one of mixture|mean|adapt|memory"):

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from primus_lib.train.model.row_keys import row_keys
+from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.model.streamed import StreamedRows
-from primus_lib.train.model.validation import PRIOR, DelayedValidation, _log_loss
+from primus_lib.train.model.validation import EXPERTS, NONE, PRIOR, DelayedValidation, _log_loss
+from tests.train.conftest import minibatch
 
 
 def _scored(validation, record, ids, labels):
@@ -16,7 +18,7 @@ def _scored(validation, record, ids, labels):
     found = record.take(ids)
     if found.logits is not None:
         rows, memory, adapt = found.logits
-        validation.add(DelayedValidation.score(memory, adapt, np.asarray(labels, np.float32)[rows]))
+        validation.add(validation.score(memory, adapt, np.asarray(labels, np.float32)[rows]))
 
 
 def _streamed(record, ids, memory, adapt):
@@ -41,10 +43,52 @@ def test_the_expert_closest_to_the_complete_labels_gains_the_weight():
     assert validation.scored == 40 * 64
 
 
+def test_real_time_scores_are_the_delay_models_likelihood_of_the_observed_label():
+    memory, adapt = np.array([0.5, -1.0, 2.0]), np.array([-0.3, 0.2, 1.0])
+    y = np.array([1.0, 0.0, 1.0])
+    scores = DelayedValidation().score_realtime(memory, adapt, y, 0.6)
+    for logit, got in zip((memory, adapt, (memory + adapt) / 2), scores[:3], strict=True):
+        seen = 0.6 / (1 + np.exp(-logit))  # P(y_rt = 1) = c * p
+        assert got == pytest.approx(-(y * np.log(seen) + (1 - y) * np.log(1 - seen)).sum())
+    assert scores[3] == 3.0
+    # c = 1: no click is late, the plain log loss
+    assert DelayedValidation().score_realtime(memory, adapt, y, 1.0)[0] == pytest.approx(_log_loss(memory, y).sum())
+
+
+def _logit(p: float, n: int) -> np.ndarray:
+    return np.full(n, np.log(p / (1 - p)))
+
+
+def test_real_time_scores_count_only_once_centred_on_each_experts_usual_gap():
+    """An expert whose real-time score always flatters it (one fitting the real-time label where
+    clicks of some rows come later than others') gains nothing from it; a change shows within hours."""
+    rng = np.random.default_rng(1)
+    n = 20_000
+    y = (rng.random(n) < 0.4).astype(np.float64)
+    y_rt = y * (rng.random(n) < 0.5)  # c = 0.5
+    validation = DelayedValidation(halflife_rows=float("inf"))
+    validation.add(NONE, NONE, validation.score_realtime(_logit(0.2, n), _logit(0.4, n), y_rt, 0.5))
+    assert validation.loss == PRIOR  # no gap measured yet: real-time scores are not used
+    # a day later the complete labels come, and with them each expert's gap between its two scores
+    memory, adapt = _logit(0.2, n), _logit(0.4, n)
+    complete = validation.score(memory, adapt, y)
+    validation.add(complete, validation.score_gap(memory, adapt, y, y_rt, 0.5))
+    assert validation.weights()["adapt"] > 0.99
+    before = dict(validation.loss)
+    # the same towers' real-time scores again: no news, each expert's loss grows by its complete loss' rate
+    validation.add(NONE, NONE, validation.score_realtime(memory, adapt, y_rt, 0.5))
+    growth = {k: validation.loss[k] - before[k] for k in EXPERTS}
+    for i, k in enumerate(EXPERTS):
+        assert growth[k] == pytest.approx(complete[i], rel=1e-9)
+    # news: the adapt tower turns wrong; its real-time scores move the weight before any complete label
+    validation.add(NONE, NONE, validation.score_realtime(memory, _logit(0.05, n), y_rt, 0.5))
+    assert validation.weights()["adapt"] < 0.01
+
+
 def test_unknown_ids_score_nothing_and_the_memory_tower_wins_where_it_is_right():
     validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
     assert record.take(["nobody"]).logits is None
-    assert DelayedValidation.score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0, 0.0, 0.0, 0.0]
+    assert DelayedValidation().score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0, 0.0, 0.0, 0.0]
     labels = np.array([1.0, 0.0] * 32, dtype=np.float32)
     for step in range(20):
         ids = [f"{step}-{i}" for i in range(64)]
@@ -136,6 +180,27 @@ def test_the_columns_give_exactly_what_the_row_by_row_dicts_gave():
             score = [0.0] * 4
             if found.logits is not None:
                 rows, m, a = found.logits
-                score = DelayedValidation.score(m, a, y[rows])
+                score = DelayedValidation().score(m, a, y[rows])
             np.testing.assert_array_equal(score, losses)  # NaN: the infinities
     assert forgotten > 0  # some taken ids were older than the capacity
+
+
+def test_mtrm_scores_stream_rows_at_once_on_real_time_labels_and_later_on_complete_ones(tiny):
+    _, job = tiny
+    stepper = LocalStepper(job, mode="mtrm")
+    validation, evidence = stepper.evidence.validation, stepper.evidence
+    first = [f"a{i}" for i in range(8)]
+    stepper.step("stream", minibatch(job, ids=first, labels=[0, 1, 0, 0, 1, 0, 0, 0]))
+    assert validation.loss == PRIOR and evidence.realtime[3] == 8  # counted with the next step's sums
+    stepper.step("batch", minibatch(job, ids=first, labels=[0, 1, 1, 0, 1, 0, 0, 1]))
+    assert validation.gap_rows == 8 and validation.scored == 8  # the copies: complete scores and the gaps
+    before = dict(validation.loss)
+    stepper.step("stream", minibatch(job, ids=[f"b{i}" for i in range(6)], labels=[1, 0, 0, 0, 0, 1]))
+    pending = list(evidence.realtime)
+    assert pending[3] == 6 and validation.loss == before
+    stepper.step("batch", minibatch(job, ids=["never-streamed"], labels=[0]))
+    keep = validation.decay**6
+    for i, name in enumerate(EXPERTS):  # each real-time loss centred on the expert's measured gap
+        centred = pending[i] - 6 * validation.gap[i] / validation.gap_rows
+        assert validation.loss[name] == pytest.approx(before[name] * keep + centred)
+    assert validation.scored == 8  # real-time scores are not complete-label evidence

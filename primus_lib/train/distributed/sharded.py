@@ -220,7 +220,7 @@ class ShardedStepper:
         )
         out = forward(self.model, self.config, kind, x, labels, self.evidence)
         if real is not None:
-            self.evidence.after_forward(kind, out)
+            self.evidence.after_forward(kind, out, labels)
         loss_sum = out.loss.sum() * (1.0 if real is not None else 0.0)
         if self.before_backward is not None:
             self.before_backward()

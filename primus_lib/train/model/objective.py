@@ -15,10 +15,11 @@ tower does. The adapt tower trains on stream rows only, reading the memory logit
 shared tables without gradient, and its own fresh tables (``network.py``): the fresh view, which the
 batch rows (a day old) never reach. MTRM's memory tower and shared tables move exactly as the single
 tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of its
-outputs that a delayed validation on complete labels weighs (``validation.py``; ``serve: mixture``,
-the default). A stream row's label is provisional (late clicks are missing): every tower's stream
-loss is ``spec.model.stream_correction``'s, but the adapt tower's, which fits the real-time label and
-is read through the same delay model (``delayed.py``). (once): a mode that reads both kinds trains each
+outputs that a validation weighs (``validation.py``; ``serve: mixture``, the default): on complete
+labels a day later and, at once, on real-time labels through the delay model. A stream row's label
+is provisional (late clicks are missing): every tower's stream loss is
+``spec.model.stream_correction``'s, but the adapt tower's, which fits the real-time label and is
+read through the same delay model (``delayed.py``). (once): a mode that reads both kinds trains each
 impression once: the batch copy of a streamed row trains only what its stream step lacked
 (``streamed.py``). docs/training.md has the measurements.
 """
@@ -38,7 +39,7 @@ from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
 from primus_lib.train.model.network import TwoTowerModel
 from primus_lib.train.model.streamed import StreamedRows
-from primus_lib.train.model.validation import DelayedValidation
+from primus_lib.train.model.validation import NONE, DelayedValidation
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
 CORRECTIONS: tuple[str, ...] = get_args(StreamCorrection)
@@ -127,6 +128,7 @@ class Evidence:
         # the stream rows awaiting their batch copies: the once rule's labels, the validation's logits
         self.streamed = StreamedRows(logits=config.two_towers) if config.needs_ids else None
         self.copies: torch.Tensor | None = None  # this batch minibatch's real-time labels (NaN: never streamed)
+        self.realtime = NONE  # the last stream step's real-time scores, summed over ranks with the next step's
 
     def before_step(self, kind: str, keys: np.ndarray | None, labels: torch.Tensor | None, group) -> None:
         """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
@@ -141,19 +143,28 @@ class Evidence:
         if not self.correct and self.validation is None:
             return
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
-        scored = [0.0] * 4
-        if found is not None and found.logits is not None and labels is not None:
+        complete, gap = NONE, NONE
+        if self.validation is not None and found is not None and found.logits is not None and labels is not None:
             rows, memory, adapt = found.logits
-            scored = DelayedValidation.score(memory, adapt, labels.detach().cpu().numpy()[rows])
-        summed = group.sum(local + scored)
+            y = labels.detach().cpu().numpy()[rows]
+            complete = self.validation.score(memory, adapt, y)
+            if found.labels is not None:
+                gap = self.validation.score_gap(memory, adapt, y, found.labels.numpy()[rows], self.c)
+        summed = group.sum(local + complete + gap + self.realtime)
+        self.realtime = NONE
         if self.correct:
             self.completeness.add(kind, summed[0], int(summed[1]))
         if self.validation is not None:
-            self.validation.add(summed[2:])
+            self.validation.add(summed[2:6], summed[6:10], summed[10:])
 
-    def after_forward(self, kind: str, out: Forward) -> None:
-        if self.streamed is not None and kind == "stream" and out.adapt_logit is not None:
+    def after_forward(self, kind: str, out: Forward, labels: torch.Tensor) -> None:
+        if kind != "stream" or out.adapt_logit is None:
+            return
+        if self.streamed is not None:
             self.streamed.record_logits(out.memory_logit, out.adapt_logit)
+        if self.validation is not None:
+            memory, adapt = (t.detach().cpu().numpy() for t in (out.memory_logit, out.adapt_logit))
+            self.realtime = self.validation.score_realtime(memory, adapt, labels.detach().cpu().numpy(), self.c)
 
     @property
     def c(self) -> float:

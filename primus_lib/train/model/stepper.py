@@ -119,7 +119,7 @@ class LocalStepper:
             self.model.train()
         x = self.model.features(batch.sparse, batch.dense, fresh=kind == "stream")
         out = forward(self.model, self.config, kind, x, batch.labels, self.evidence)
-        self.evidence.after_forward(kind, out)
+        self.evidence.after_forward(kind, out, batch.labels)
         return out
 
     def step(
