@@ -36,6 +36,7 @@ LATE_40 = {"delay_median_minutes": 21.0, "max_delay_hours": 12.0}
 HYPE = {"new_item_share": 0.45, "hot_hours": 5.0, "hot_boost": 2.2, "new_items_per_hour": 10}
 SEASONS = {"diurnal": 1.2, "weekly": 0.9, "traffic_diurnal": 0.5}
 FLIPS = {"flip_every_hours": 46.0, "flip_size": 0.9}
+DAILY_SURGE_2X = {"surge_every_hours": 24, "surge_hours": 3, "surge_factor": 2.0}
 FLIPS_30 = {"flip_every_hours": 30.0, "flip_size": 1.0}
 WIDE = {"extra_sparse": 6, "extra_cardinality": 20_000, "extra_effect": 0.35}
 
@@ -224,107 +225,157 @@ _WORLDS = [
         "200 categories of 3,000 items, tastes drifting 1.5x as far; 19% late",
         {"categories": 200, "items": 3_000, "taste_drift": 1.5},
     ),
-    # held out by the fifth plan (docs/eval-plan.md): defined 2026-12-06 before any of the fourth plan's runs,
-    # before any design they judge; only the generator had run on them when it was committed
+    # held out by the fifth plan (19dab80), run and read since
     NamedWorld(
         "big-catalog-late",
-        "held-out",
+        "seen",
         0.27,
         "12k users and 4,000 items; 27% late",
         {"users": 12_000, "items": 4_000, "delay_median_minutes": 13.0},
     ),
     NamedWorld(
         "flips-thin",
-        "held-out",
+        "seen",
         0.09,
         "flips every 40 h, the stream carries half the traffic; 9% late",
         {"flip_every_hours": 40.0, "flip_size": 0.9, "stream_share": 0.5, **LATE_10},
     ),
     NamedWorld(
         "hype-skewed",
-        "held-out",
+        "seen",
         0.2,
         "hype waves, exposure strongly skewed to the hits; 20% late",
         {**HYPE, "pop_skew": 2.0},
     ),
     NamedWorld(
         "weekly-complete",
-        "held-out",
+        "seen",
         0.0,
         "a strong day-of-week taste, a weak daily one, complete stream labels",
         {"weekly": 1.2, "diurnal": 0.3, **NO_LATE},
     ),
     NamedWorld(
         "pop-swings-late",
-        "held-out",
+        "seen",
         0.33,
         "item popularity swinging twice as far, in cycles of 0.7-2 days; 33% late",
         {"pop_drift": 2.0, "pop_period_days": (0.7, 2.0), "delay_median_minutes": 16.0},
     ),
     NamedWorld(
         "rare-wide",
-        "held-out",
+        "seen",
         0.19,
         "a heavy tail of rare users, three more sparse features of 30k values; 19% late",
         {"activity_alpha": 1.1, "extra_sparse": 3, "extra_cardinality": 30_000},
     ),
     NamedWorld(
         "slow-taste-long",
-        "held-out",
+        "seen",
         0.37,
         "tastes drifting twice as far in cycles of 4-10 days; 37% late, some up to 16 h",
         {"taste_drift": 2.0, "taste_period_days": (4.0, 10.0), "delay_median_minutes": 20.0, "max_delay_hours": 16.0},
     ),
-    # reserved for a sixth plan: defined 2026-12-06 before any of the fifth plan's runs, before any design
-    # they will judge; only the generator has run on them (their late-click shares)
+    # held out by the sixth plan (docs/eval-plan.md): defined 2026-12-06 before any of the fifth plan's runs,
+    # before any design they judge; only the generator had run on them when it was committed
     NamedWorld(
         "flips-long-late",
-        "reserved",
+        "held-out",
         0.41,
         "flips every 60 h; 41% late, some up to 14 h",
         {"flip_every_hours": 60.0, "flip_size": 1.0, "delay_median_minutes": 22.0, "max_delay_hours": 14.0},
     ),
     NamedWorld(
         "thin-late",
-        "reserved",
+        "held-out",
         0.38,
         "the stream carries 30% of the traffic; 38% late, some up to 12 h",
         {"stream_share": 0.3, "delay_median_minutes": 21.0, "max_delay_hours": 12.0},
     ),
     NamedWorld(
         "hype-seasonal",
-        "reserved",
+        "held-out",
         0.08,
         "hype waves of new items and seasons; 8% late",
         {**HYPE, **SEASONS, **LATE_10},
     ),
     NamedWorld(
         "wide-rare-complete",
-        "reserved",
+        "held-out",
         0.0,
         "a tail of rare users, five more sparse features of 20k values, complete stream labels",
         {"extra_sparse": 5, "extra_cardinality": 20_000, "activity_alpha": 1.2, **NO_LATE},
     ),
     NamedWorld(
         "new-items-late",
-        "reserved",
+        "held-out",
         0.31,
         "35% of impressions on new items, 8 born an hour; 31% late",
         {"new_item_share": 0.35, "new_items_per_hour": 8, "delay_median_minutes": 14.0},
     ),
     NamedWorld(
         "small-fast-flips",
-        "reserved",
+        "held-out",
         0.08,
         "small flips every 24 h; 8% late",
         {"flip_every_hours": 24.0, "flip_size": 0.6, **LATE_10},
     ),
     NamedWorld(
         "daily-surge-late",
-        "reserved",
+        "held-out",
         0.28,
         "4 hours of 3x traffic every day; 28% late",
         {"surge_every_hours": 24, "surge_hours": 4, "surge_factor": 3.0, "delay_median_minutes": 13.0},
+    ),
+    # reserved for a seventh plan: defined 2026-12-06 before any of the sixth plan's runs, before any design
+    # they will judge; only the generator has run on them (their late-click shares)
+    NamedWorld(
+        "flips-surge-late",
+        "reserved",
+        0.27,
+        "flips every 50 h, 3 hours of 2x traffic every day; 27% late",
+        {"flip_every_hours": 50.0, "flip_size": 0.9, **DAILY_SURGE_2X, "delay_median_minutes": 12.0},
+    ),
+    NamedWorld(
+        "rare-seasonal-late",
+        "reserved",
+        0.33,
+        "a tail of rare users and strong seasons; 33% late",
+        {"activity_alpha": 1.15, **SEASONS, "delay_median_minutes": 16.0},
+    ),
+    NamedWorld(
+        "hype-wide-complete",
+        "reserved",
+        0.0,
+        "hype waves, four more sparse features of 15k values, complete stream labels",
+        {**HYPE, "extra_sparse": 4, "extra_cardinality": 15_000, **NO_LATE},
+    ),
+    NamedWorld(
+        "drift-half-stream",
+        "reserved",
+        0.08,
+        "tastes drifting 1.5x as far, the stream carries half the traffic; 8% late",
+        {"taste_drift": 1.5, "stream_share": 0.5, **LATE_10},
+    ),
+    NamedWorld(
+        "skewed-late-long",
+        "reserved",
+        0.43,
+        "exposure skewed to the hits; 43% late, some up to 16 h",
+        {"pop_skew": 1.8, "delay_median_minutes": 24.0, "max_delay_hours": 16.0},
+    ),
+    NamedWorld(
+        "many-items-flips",
+        "reserved",
+        0.21,
+        "5,000 items, flips every 72 h; 21% late",
+        {"items": 5_000, "flip_every_hours": 72.0, "flip_size": 0.8},
+    ),
+    NamedWorld(
+        "weekly-thin-late",
+        "reserved",
+        0.31,
+        "a strong day-of-week taste, the stream carries 35% of the traffic; 31% late",
+        {"weekly": 1.2, "diurnal": 0.4, "stream_share": 0.35, "delay_median_minutes": 15.0},
     ),
 ]
 # not judged: the world of the priority rule's measurement (docs/training.md, "The priority rule")
