@@ -72,7 +72,8 @@ def test_real_time_scores_count_only_once_centred_on_each_experts_usual_gap():
     # a day later the complete labels come, and with them each expert's gap between its two scores
     memory, adapt = _logit(0.2, n), _logit(0.4, n)
     complete = validation.score(memory, adapt, y)
-    validation.add(complete, validation.score_gap(memory, adapt, y, y_rt, 0.5))
+    gap = validation.score_gap(validation.score_realtime(memory, adapt, y_rt, 0.5), complete)
+    validation.add(complete, gap)
     assert validation.weights()["adapt"] > 0.99
     before = dict(validation.loss)
     # the same towers' real-time scores again: no news, each expert's loss grows by its complete loss' rate

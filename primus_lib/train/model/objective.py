@@ -149,7 +149,8 @@ class Evidence:
             y = labels.detach().cpu().numpy()[rows]
             complete = self.validation.score(memory, adapt, y)
             if found.labels is not None:
-                gap = self.validation.score_gap(memory, adapt, y, found.labels.numpy()[rows], self.c)
+                realtime = self.validation.score_realtime(memory, adapt, found.labels.numpy()[rows], self.c)
+                gap = DelayedValidation.score_gap(realtime, complete)
         summed = group.sum(local + complete + gap + self.realtime)
         self.realtime = NONE
         if self.correct:

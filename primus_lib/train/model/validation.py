@@ -29,6 +29,8 @@ import math
 import numpy as np
 import torch
 
+from primus_lib.train.model import delayed
+
 EXPERTS = ("memory", "adapt", "mean")
 PRIOR = {"memory": 3.0, "adapt": 3.0, "mean": 0.0}  # nats: before any evidence, serve the mean
 HALFLIFE_ROWS = 5_000.0
@@ -53,39 +55,35 @@ class DelayedValidation:
         memory, adapt = memory.astype(np.float64), adapt.astype(np.float64)
         return [memory, adapt, (memory + adapt) / 2]
 
-    def score(self, memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
+    @staticmethod
+    def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
         """The losses of rows' kept logits against their complete labels: ``[memory, adapt, mean, rows]``."""
         if not len(labels):
             return list(NONE)
         y = labels.astype(np.float64)
-        return [float(_log_loss(logit, y).sum()) for logit in self.experts(memory, adapt)] + [float(len(y))]
-
-    def score_realtime(self, memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray, c: float) -> list[float]:
-        """The losses of a stream step's logits (before the step) against the rows' real-time labels
-        through the delay model, ``P(y_rt = 1) = c * p``: ``[memory, adapt, mean, rows]``."""
-        if not len(labels):
-            return list(NONE)
-        y = labels.astype(np.float64)
-        losses = []
-        for logit in self.experts(memory, adapt):
-            seen = np.clip(c / (1.0 + np.exp(-logit)), 1e-7, 1.0 - 1e-7)
-            losses.append(float(-(y * np.log(seen) + (1.0 - y) * np.log1p(-seen)).sum()))
+        losses = [float(_log_loss(logit, y).sum()) for logit in DelayedValidation.experts(memory, adapt)]
         return [*losses, float(len(y))]
 
-    def score_gap(
-        self, memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray, realtime_labels: np.ndarray, c: float
-    ) -> list[float]:
-        """Rows' real-time minus complete losses: how much each expert's real-time score flatters it."""
-        realtime = self.score_realtime(memory, adapt, realtime_labels, c)
-        complete = self.score(memory, adapt, labels)
+    @staticmethod
+    def score_realtime(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray, c: float) -> list[float]:
+        """The losses of a stream step's logits (before the step) against the rows' real-time labels
+        through the delay model, ``P(y_rt = 1) = c * p`` (``delayed.likelihood_loss``): ``[memory,
+        adapt, mean, rows]``."""
+        if not len(labels):
+            return list(NONE)
+        y = torch.from_numpy(labels.astype(np.float64))
+        losses = [
+            float(delayed.likelihood_loss(torch.from_numpy(logit), y, c).sum())
+            for logit in DelayedValidation.experts(memory, adapt)
+        ]
+        return [*losses, float(len(y))]
+
+    @staticmethod
+    def score_gap(realtime: list[float], complete: list[float]) -> list[float]:
+        """The same rows' real-time minus complete scores: how much each expert's real-time score flatters it."""
         return [r - k for r, k in zip(realtime[:3], complete[:3], strict=True)] + [complete[3]]
 
-    def add(
-        self,
-        complete: list[float],
-        gap: list[float] = NONE,
-        realtime: list[float] = NONE,
-    ) -> None:
+    def add(self, complete: list[float], gap: list[float] = NONE, realtime: list[float] = NONE) -> None:
         """Fold in a step's scores (summed over ranks in a data-parallel world), each ``[memory, adapt,
         mean, rows]``: ``complete`` (``score``), ``gap`` (``score_gap``) and ``realtime``
         (``score_realtime``)."""
@@ -114,19 +112,15 @@ class DelayedValidation:
     def mixture(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> torch.Tensor:
         """The served probability ``sum_k w_k p_k``."""
         w = self.weights()
-        logits = (memory_logit, adapt_logit, (memory_logit + adapt_logit) / 2)
-        served = torch.zeros_like(memory_logit)
-        for name, logit in zip(EXPERTS, logits, strict=True):
-            served = served + w[name] * torch.sigmoid(logit)
-        return served
+        mean = (memory_logit + adapt_logit) / 2
+        return (
+            w["memory"] * torch.sigmoid(memory_logit)
+            + w["adapt"] * torch.sigmoid(adapt_logit)
+            + w["mean"] * torch.sigmoid(mean)
+        )
 
     def state_dict(self) -> dict:
-        return {
-            "loss": dict(self.loss),
-            "scored": self.scored,
-            "gap": list(self.gap),
-            "gap_rows": self.gap_rows,
-        }
+        return {"loss": dict(self.loss), "scored": self.scored, "gap": list(self.gap), "gap_rows": self.gap_rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.loss, self.scored = dict(state["loss"]), float(state["scored"])  # older states' "every" is unused
