@@ -3,12 +3,12 @@
 Users, items, categories, prices and ages; the click probability drifts over time (item
 popularity and user tastes move slowly, categories have their hours and days, new items are hot
 for a while, whole categories flip at once), and clicks land minutes to hours after the
-impression, so the real-time label of the stream misses the late ones. ``worlds.py`` names the
+impression, so the real-time label of the stream misses the late ones. ``worlds.toml`` names the
 worlds the backtest is judged on; docs/datagen.md has the model.
 
 - ``config.py``: ``WorldConfig`` (the knobs) and ``world_config`` (``--world NAME,key=value``);
 - ``world.py``: ``World``, the entities of one seed and the impressions of any hour;
-- ``worlds.py``: the named worlds, development, seen and held-out;
+- ``worlds.py``: the named worlds (``worlds.toml``), development, seen, held-out and reserved;
 - ``write.py``: ``generate``, the partitions, the stream file and Kafka.
 """
 

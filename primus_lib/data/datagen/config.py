@@ -68,7 +68,7 @@ class WorldConfig:
 
 
 def world_config(text: str | None) -> WorldConfig:
-    """``NAME``, ``key=value,...`` or ``NAME,key=value,...``: a named world of ``worlds.py`` (default
+    """``NAME``, ``key=value,...`` or ``NAME,key=value,...``: a named world of ``worlds.toml`` (default
     ``drift-base``) with overrides of :class:`WorldConfig` (e.g. ``late-heavy,delay_sigma=1``)."""
     from primus_lib.data.datagen.worlds import WORLDS
 
