@@ -69,9 +69,10 @@ class ModelSpec(SpecModel):
     )
     serve: ServedOutput = Field(
         "mixture",
-        description="MTRM's served output: the mixture of its towers and their mean in logits, weighted by how "
-        "each scored on complete labels a day later and, at once, on real-time labels through the delay model "
-        "(progressive validation in the trainer); or the mean, or one tower (single-tower modes serve their tower).",
+        description="MTRM's served output: the mixture of blends of its towers' logits (each tower, their mean and "
+        "two steps between), weighted by how well each ranked clicks above non-clicks (AUC) on complete labels a day "
+        "later and, at once, on real-time labels (progressive validation in the trainer); or the mean, or one tower "
+        "(single-tower modes serve their tower).",
     )
     stream_correction: StreamCorrection = Field(
         "likelihood",

@@ -9,7 +9,7 @@ import torch
 from primus_lib.train.model.row_keys import row_keys
 from primus_lib.train.model.stepper import LocalStepper
 from primus_lib.train.model.streamed import StreamedRows
-from primus_lib.train.model.validation import EXPERTS, NONE, PRIOR, DelayedValidation, _log_loss
+from primus_lib.train.model.validation import BLENDS, EXPERTS, NONE, PRIOR, DelayedValidation, K, misranked
 from tests.train.conftest import minibatch
 
 
@@ -26,15 +26,16 @@ def _streamed(record, ids, memory, adapt):
     record.record_logits(torch.as_tensor(memory, dtype=torch.float32), torch.as_tensor(adapt, dtype=torch.float32))
 
 
-def test_the_expert_closest_to_the_complete_labels_gains_the_weight():
+def test_the_expert_that_ranks_best_gains_the_weight():
     rng = np.random.default_rng(0)
     validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
-    assert validation.weights()["mean"] > 0.9  # the prior: the mean
+    assert validation.weights()["mean"] > 0.8  # the prior: the mean
     for step in range(40):
         ids = [f"s{step}-{i}" for i in range(64)]
         labels = (rng.random(64) < 0.3).astype(np.float32)
-        truth = np.where(labels == 1, 2.0, -2.0)  # the adapt tower knows the labels; the memory tower does not
-        _streamed(record, ids, np.zeros(64), truth)
+        truth = np.where(labels == 1, 2.0, -2.0)
+        # the adapt tower ranks the rows almost right, the memory tower the wrong way round
+        _streamed(record, ids, -truth, truth + rng.normal(0, 1, 64))
         assert record.labels_by_key().keys() >= set(row_keys(ids).tolist())
         _scored(validation, record, ids, labels)
         assert not len(record.table)  # every kept row scored once
@@ -43,57 +44,69 @@ def test_the_expert_closest_to_the_complete_labels_gains_the_weight():
     assert validation.scored == 40 * 64
 
 
-def test_real_time_scores_are_the_delay_models_likelihood_of_the_observed_label():
-    memory, adapt = np.array([0.5, -1.0, 2.0]), np.array([-0.3, 0.2, 1.0])
-    y = np.array([1.0, 0.0, 1.0])
-    scores = DelayedValidation().score_realtime(memory, adapt, y, 0.6)
-    for logit, got in zip((memory, adapt, (memory + adapt) / 2), scores[:3], strict=True):
-        seen = 0.6 / (1 + np.exp(-logit))  # P(y_rt = 1) = c * p
-        assert got == pytest.approx(-(y * np.log(seen) + (1 - y) * np.log(1 - seen)).sum())
-    assert scores[3] == 3.0
-    # c = 1: no click is late, the plain log loss
-    assert DelayedValidation().score_realtime(memory, adapt, y, 1.0)[0] == pytest.approx(_log_loss(memory, y).sum())
+def _pairs_misranked(logit: np.ndarray, y: np.ndarray) -> float:
+    """``misranked`` by counting every (click, no click) pair."""
+    pos, neg = logit[y == 1], logit[y == 0]
+    wrong = (pos[:, None] < neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return len(y) * wrong / (len(pos) * len(neg))
 
 
-def _logit(p: float, n: int) -> np.ndarray:
-    return np.full(n, np.log(p / (1 - p)))
+def test_an_experts_loss_is_its_rows_times_one_minus_its_auc():
+    rng = np.random.default_rng(2)
+    memory, adapt = rng.normal(0, 1, 200).round(1), rng.normal(0, 1, 200).round(1)  # ties
+    y = (rng.random(200) < 0.3).astype(np.float64)
+    scores = DelayedValidation.score(memory, adapt, y)
+    assert len(scores) == K + 1 and scores[K] == 200.0
+    for a, got in zip(BLENDS.values(), scores[:K], strict=True):
+        assert got == pytest.approx(_pairs_misranked((1 - a) * memory + a * adapt, y), rel=1e-12)
+    assert misranked(np.array([0.1, 0.5, 0.3]), np.array([0.0, 1.0, 0.0])) == 0.0  # ranked right
+    assert misranked(np.array([0.1, 0.5]), np.array([1.0, 1.0])) == 0.0  # no pair: nothing to rank
+    assert misranked(np.array([0.2, 0.2]), np.array([1.0, 0.0])) == 1.0  # a tie counts half, times 2 rows
 
 
 def test_real_time_scores_count_only_once_centred_on_each_experts_usual_gap():
-    """An expert whose real-time score always flatters it (one fitting the real-time label where
-    clicks of some rows come later than others') gains nothing from it; a change shows within hours."""
+    """An expert whose real-time score always flatters it (one that ranks rows by their real-time
+    label, where clicks of some rows come later than others') gains nothing from it; a change shows
+    within hours."""
     rng = np.random.default_rng(1)
     n = 20_000
     y = (rng.random(n) < 0.4).astype(np.float64)
-    y_rt = y * (rng.random(n) < 0.5)  # c = 0.5
+    y_rt = y * (rng.random(n) < 0.5)  # half the clicks are late
+    memory = y + rng.normal(0, 1.5, n)  # ranks by the complete label, noisily
+    adapt = y_rt + rng.normal(0, 1.0, n)  # ranks by the real-time label
     validation = DelayedValidation(halflife_rows=float("inf"))
-    validation.add(NONE, NONE, validation.score_realtime(_logit(0.2, n), _logit(0.4, n), y_rt, 0.5))
+    validation.add(NONE, NONE, validation.score(memory, adapt, y_rt))
     assert validation.loss == PRIOR  # no gap measured yet: real-time scores are not used
     # a day later the complete labels come, and with them each expert's gap between its two scores
-    memory, adapt = _logit(0.2, n), _logit(0.4, n)
     complete = validation.score(memory, adapt, y)
-    gap = validation.score_gap(validation.score_realtime(memory, adapt, y_rt, 0.5), complete)
+    gap = validation.score_gap(validation.score(memory, adapt, y_rt), complete)
+    assert gap[EXPERTS.index("adapt")] < gap[EXPERTS.index("memory")]  # the real-time label flatters the adapt tower
     validation.add(complete, gap)
-    assert validation.weights()["adapt"] > 0.99
+    assert max(validation.weights(), key=validation.weights().get) == min(
+        EXPERTS, key=lambda k: complete[EXPERTS.index(k)]
+    )
     before = dict(validation.loss)
-    # the same towers' real-time scores again: no news, each expert's loss grows by its complete loss' rate
-    validation.add(NONE, NONE, validation.score_realtime(memory, adapt, y_rt, 0.5))
-    growth = {k: validation.loss[k] - before[k] for k in EXPERTS}
+    # the same towers' real-time scores again: no news, each expert's loss grows by its complete loss
+    validation.add(NONE, NONE, validation.score(memory, adapt, y_rt))
     for i, k in enumerate(EXPERTS):
-        assert growth[k] == pytest.approx(complete[i], rel=1e-9)
-    # news: the adapt tower turns wrong; its real-time scores move the weight before any complete label
-    validation.add(NONE, NONE, validation.score_realtime(memory, _logit(0.05, n), y_rt, 0.5))
-    assert validation.weights()["adapt"] < 0.01
+        assert validation.loss[k] - before[k] == pytest.approx(complete[i], rel=1e-9)
+    # news: the adapt tower turns wrong; its real-time scores count against it before any complete label
+    before = dict(validation.loss)
+    validation.add(NONE, NONE, validation.score(memory, -adapt, y_rt))
+    a, m = EXPERTS.index("adapt"), EXPERTS.index("memory")
+    assert validation.loss["adapt"] - before["adapt"] > complete[a] + 0.3 * n  # AUC fell by more than 0.3
+    assert validation.loss["memory"] - before["memory"] == pytest.approx(complete[m], rel=1e-9)
 
 
 def test_unknown_ids_score_nothing_and_the_memory_tower_wins_where_it_is_right():
     validation, record = DelayedValidation(halflife_rows=1e9), StreamedRows(logits=True)
     assert record.take(["nobody"]).logits is None
-    assert DelayedValidation().score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0, 0.0, 0.0, 0.0]
+    assert DelayedValidation().score(np.zeros(0), np.zeros(0), np.zeros(0)) == [0.0] * (K + 1)
     labels = np.array([1.0, 0.0] * 32, dtype=np.float32)
+    rng = np.random.default_rng(4)
     for step in range(20):
         ids = [f"{step}-{i}" for i in range(64)]
-        _streamed(record, ids, np.where(labels == 1, 3.0, -3.0), np.zeros(64))
+        _streamed(record, ids, np.where(labels == 1, 3.0, -3.0), rng.normal(0, 10, 64))
         _scored(validation, record, ids, labels)
     assert validation.weights()["memory"] > 0.99
 
@@ -144,11 +157,11 @@ class _RowByRow:
             found.append(i)
             logits.append(got[2:])
         if not found:
-            return labels, [0.0, 0.0, 0.0, 0.0]
+            return labels, [0.0] * (K + 1)
         memory, adapt = np.asarray(logits, dtype=np.float64).T
         yy = np.asarray(y, dtype=np.float64)[found]
-        losses = [_log_loss(memory, yy).sum(), _log_loss(adapt, yy).sum(), _log_loss((memory + adapt) / 2, yy).sum()]
-        return labels, [*map(float, losses), float(len(found))]
+        blends = [memory if a == 0 else adapt if a == 1 else (1 - a) * memory + a * adapt for a in BLENDS.values()]
+        return labels, [*(misranked(blend, yy) for blend in blends), float(len(found))]
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the infinite logits
@@ -178,11 +191,11 @@ def test_the_columns_give_exactly_what_the_row_by_row_dicts_gave():
             found = fast.take(ids)
             got = np.full(96, np.nan) if found.labels is None else found.labels.numpy()
             np.testing.assert_array_equal(got, np.asarray(labels, np.float32))
-            score = [0.0] * 4
+            score = [0.0] * (K + 1)
             if found.logits is not None:
                 rows, m, a = found.logits
                 score = DelayedValidation().score(m, a, y[rows])
-            np.testing.assert_array_equal(score, losses)  # NaN: the infinities
+            np.testing.assert_array_equal(score, losses)
     assert forgotten > 0  # some taken ids were older than the capacity
 
 
@@ -192,13 +205,13 @@ def test_mtrm_scores_stream_rows_at_once_on_real_time_labels_and_later_on_comple
     validation, evidence = stepper.evidence.validation, stepper.evidence
     first = [f"a{i}" for i in range(8)]
     stepper.step("stream", minibatch(job, ids=first, labels=[0, 1, 0, 0, 1, 0, 0, 0]))
-    assert validation.loss == PRIOR and evidence.realtime[3] == 8  # counted with the next step's sums
+    assert validation.loss == PRIOR and evidence.realtime[K] == 8  # counted with the next step's sums
     stepper.step("batch", minibatch(job, ids=first, labels=[0, 1, 1, 0, 1, 0, 0, 1]))
     assert validation.gap_rows == 8 and validation.scored == 8  # the copies: complete scores and the gaps
     before = dict(validation.loss)
     stepper.step("stream", minibatch(job, ids=[f"b{i}" for i in range(6)], labels=[1, 0, 0, 0, 0, 1]))
     pending = list(evidence.realtime)
-    assert pending[3] == 6 and validation.loss == before
+    assert pending[K] == 6 and validation.loss == before
     stepper.step("batch", minibatch(job, ids=["never-streamed"], labels=[0]))
     keep = validation.decay**6
     for i, name in enumerate(EXPERTS):  # each real-time loss centred on the expert's measured gap

@@ -14,12 +14,12 @@ The memory tower and the shared tables train on every row a mode reads, exactly 
 tower does. The adapt tower trains on stream rows only, reading the memory logit (``h_aux``) and the
 shared tables without gradient, and its own fresh tables (``network.py``): the fresh view, which the
 batch rows (a day old) never reach. MTRM's memory tower and shared tables move exactly as the single
-tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of its
-outputs that a validation weighs (``validation.py``; ``serve: mixture``, the default): on complete
-labels a day later and, at once, on real-time labels through the delay model. A stream row's label
-is provisional (late clicks are missing): every tower's stream loss is
+tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of
+blends of its towers that a validation weighs by how well each ranked (``validation.py``; ``serve:
+mixture``, the default): on complete labels a day later and, at once, on real-time labels. A stream
+row's label is provisional (late clicks are missing): every tower's stream loss is
 ``spec.model.stream_correction``'s, but the adapt tower's, which fits the real-time label and is
-read through the same delay model (``delayed.py``). (once): a mode that reads both kinds trains each
+read through the delay model (``delayed.py``). (once): a mode that reads both kinds trains each
 impression once: the batch copy of a streamed row trains only what its stream step lacked
 (``streamed.py``). docs/training.md has the measurements.
 """
@@ -39,7 +39,7 @@ from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
 from primus_lib.train.model.network import TwoTowerModel
 from primus_lib.train.model.streamed import StreamedRows
-from primus_lib.train.model.validation import NONE, DelayedValidation
+from primus_lib.train.model.validation import NONE, DelayedValidation, K
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
 CORRECTIONS: tuple[str, ...] = get_args(StreamCorrection)
@@ -149,14 +149,14 @@ class Evidence:
             y = labels.detach().cpu().numpy()[rows]
             complete = self.validation.score(memory, adapt, y)
             if found.labels is not None:
-                realtime = self.validation.score_realtime(memory, adapt, found.labels.numpy()[rows], self.c)
+                realtime = self.validation.score(memory, adapt, found.labels.numpy()[rows])
                 gap = DelayedValidation.score_gap(realtime, complete)
         summed = group.sum(local + complete + gap + self.realtime)
         self.realtime = NONE
         if self.correct:
             self.completeness.add(kind, summed[0], int(summed[1]))
         if self.validation is not None:
-            self.validation.add(summed[2:6], summed[6:10], summed[10:])
+            self.validation.add(summed[2 : 3 + K], summed[3 + K : 4 + 2 * K], summed[4 + 2 * K :])
 
     def after_forward(self, kind: str, out: Forward, labels: torch.Tensor) -> None:
         if kind != "stream" or out.adapt_logit is None:
@@ -165,7 +165,7 @@ class Evidence:
             self.streamed.record_logits(out.memory_logit, out.adapt_logit)
         if self.validation is not None:
             memory, adapt = (t.detach().cpu().numpy() for t in (out.memory_logit, out.adapt_logit))
-            self.realtime = self.validation.score_realtime(memory, adapt, labels.detach().cpu().numpy(), self.c)
+            self.realtime = self.validation.score(memory, adapt, labels.detach().cpu().numpy())
 
     @property
     def c(self) -> float:

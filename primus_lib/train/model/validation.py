@@ -4,18 +4,22 @@ The stream's real-time label misses late clicks, so scoring the towers on it fav
 trained on it. The complete label of a stream row arrives with its batch copy, ``lag`` later. So an
 MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample)
 with the rows' record (``streamed.py``, keyed by the sample id), and the batch step that brings a
-row's complete label scores them, as ``primus eval`` scores a run. Three experts: the memory
-tower, the adapt tower and the mean of their logits. Their log losses are summed with an
-exponential discount (``HALFLIFE_ROWS`` scored rows) and the weights are ``exp(-L_k)`` normalised
-(the Bayesian mixture: its cumulative loss is within ``log 3`` of the best expert's). The served
-output is ``sum_k w_k p_k``. Before any row is scored the prior favours the mean.
+row's complete label scores them, as ``primus eval`` scores a run. The experts are blends of the
+towers' logits, ``(1 - a) * memory + a * adapt`` for ``a`` in ``BLENDS`` (the memory tower, the
+adapt tower, their mean and two steps between). An expert's loss on a minibatch is its rows times
+the share of its (click, no click) pairs it ranks the wrong way round, ``1 - AUC``: the product is
+judged by AUC, and the log loss rewards calibration where ranking decides (in flip worlds it served
+the towers' mean while the adapt tower ranked better). The losses are summed with an exponential
+discount (``HALFLIFE_ROWS`` scored rows) and the weights are ``exp(-L_k)`` normalised, which
+concentrates on the blend that ranked best of late. The served output is ``sum_k w_k p_k``.
+Before any row is scored the prior favours the mean.
 
 Complete labels come a day late, and a day is long where tastes flip. So each stream step's logits
-are also scored at once on the rows' real-time labels through the delay model (``P(y_rt = 1) =
-c * p``). Those scores flatter an expert that fits the real-time label (the adapt tower: where some
-rows' clicks come later than others', ``q / c`` fits them better than the complete probability
-does), so each expert's real-time loss is centred on its usual gap to its complete loss, measured
-on the rows that have both: what is left is the news, and it counts beside the complete scores.
+are also scored at once on the rows' real-time labels. Those scores flatter an expert that fits
+the real-time label (the adapt tower: where some rows' clicks come later than others', it ranks
+them by their real-time label), so each expert's real-time loss is centred on its usual gap to its
+complete loss, measured on the rows that have both: what is left is the news, and it counts beside
+the complete scores.
 
 Rows past the record's capacity go unscored. The logits are not checkpointed: after a restart the
 scoring resumes with the rows of the new process. A data-parallel world sums each step's losses over
@@ -29,16 +33,26 @@ import math
 import numpy as np
 import torch
 
-from primus_lib.train.model import delayed
-
-EXPERTS = ("memory", "adapt", "mean")
-PRIOR = {"memory": 3.0, "adapt": 3.0, "mean": 0.0}  # nats: before any evidence, serve the mean
+BLENDS = {"memory": 0.0, "blend-0.25": 0.25, "mean": 0.5, "blend-0.75": 0.75, "adapt": 1.0}  # a: adapt's share
+EXPERTS = tuple(BLENDS)
+K = len(EXPERTS)
+PRIOR = {name: 0.0 if name == "mean" else 3.0 for name in EXPERTS}  # before any evidence, serve the mean
 HALFLIFE_ROWS = 5_000.0
-NONE = [0.0, 0.0, 0.0, 0.0]  # no rows scored
+NONE = [0.0] * (K + 1)  # no rows scored: each expert's loss, then the rows
 
 
-def _log_loss(logit: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, logit) - labels * logit  # -log sigmoid(l) if y else -log(1 - sigmoid(l))
+def misranked(logit: np.ndarray, labels: np.ndarray) -> float:
+    """Rows times the share of (click, no click) pairs ranked the wrong way round (ties count half):
+    ``rows * (1 - AUC)``; 0 where the rows are all of one label (no pair to rank)."""
+    clicked = labels > 0.5
+    clicks = int(clicked.sum())
+    pairs = clicks * (len(labels) - clicks)
+    if not pairs:
+        return 0.0
+    _, where, counts = np.unique(logit, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[where]  # 1-based, ties at their mean rank
+    auc = (ranks[clicked].sum() - clicks * (clicks + 1) / 2.0) / pairs
+    return float(len(labels) * (1.0 - auc))
 
 
 class DelayedValidation:
@@ -46,62 +60,48 @@ class DelayedValidation:
         self.decay = 0.5 ** (1.0 / halflife_rows)
         self.loss = dict(PRIOR)
         self.scored = 0.0
-        self.gap = [0.0, 0.0, 0.0]  # per expert: discounted sum over rows of real-time minus complete loss
+        self.gap = [0.0] * K  # per expert: discounted sum over rows of real-time minus complete loss
         self.gap_rows = 0.0
 
     @staticmethod
     def experts(memory: np.ndarray, adapt: np.ndarray) -> list[np.ndarray]:
         """The experts' logits of rows whose towers' logits are ``memory`` and ``adapt``."""
         memory, adapt = memory.astype(np.float64), adapt.astype(np.float64)
-        return [memory, adapt, (memory + adapt) / 2]
+        return [memory if a == 0 else adapt if a == 1 else (1 - a) * memory + a * adapt for a in BLENDS.values()]
 
     @staticmethod
     def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
-        """The losses of rows' kept logits against their complete labels: ``[memory, adapt, mean, rows]``."""
+        """The losses of rows' logits against their labels (complete, or real-time for a stream step's
+        scores at once): each expert's ``misranked``, then the rows."""
         if not len(labels):
             return list(NONE)
         y = labels.astype(np.float64)
-        losses = [float(_log_loss(logit, y).sum()) for logit in DelayedValidation.experts(memory, adapt)]
-        return [*losses, float(len(y))]
-
-    @staticmethod
-    def score_realtime(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray, c: float) -> list[float]:
-        """The losses of a stream step's logits (before the step) against the rows' real-time labels
-        through the delay model, ``P(y_rt = 1) = c * p`` (``delayed.likelihood_loss``): ``[memory,
-        adapt, mean, rows]``."""
-        if not len(labels):
-            return list(NONE)
-        y = torch.from_numpy(labels.astype(np.float64))
-        losses = [
-            float(delayed.likelihood_loss(torch.from_numpy(logit), y, c).sum())
-            for logit in DelayedValidation.experts(memory, adapt)
-        ]
-        return [*losses, float(len(y))]
+        return [*(misranked(logit, y) for logit in DelayedValidation.experts(memory, adapt)), float(len(y))]
 
     @staticmethod
     def score_gap(realtime: list[float], complete: list[float]) -> list[float]:
         """The same rows' real-time minus complete scores: how much each expert's real-time score flatters it."""
-        return [r - k for r, k in zip(realtime[:3], complete[:3], strict=True)] + [complete[3]]
+        return [r - k for r, k in zip(realtime[:K], complete[:K], strict=True)] + [complete[K]]
 
     def add(self, complete: list[float], gap: list[float] = NONE, realtime: list[float] = NONE) -> None:
-        """Fold in a step's scores (summed over ranks in a data-parallel world), each ``[memory, adapt,
-        mean, rows]``: ``complete`` (``score``), ``gap`` (``score_gap``) and ``realtime``
-        (``score_realtime``)."""
-        if gap[3]:
-            keep = self.decay ** gap[3]
-            self.gap = [g * keep + v for g, v in zip(self.gap, gap[:3], strict=True)]
-            self.gap_rows = self.gap_rows * keep + gap[3]
-        if realtime[3] and self.gap_rows:  # centred on each expert's usual gap: no bias left but the news
+        """Fold in a step's scores (summed over ranks in a data-parallel world), each one loss per expert
+        and then the rows: ``complete`` (``score`` on complete labels), ``gap`` (``score_gap``) and
+        ``realtime`` (``score`` on real-time labels)."""
+        if gap[K]:
+            keep = self.decay ** gap[K]
+            self.gap = [g * keep + v for g, v in zip(self.gap, gap[:K], strict=True)]
+            self.gap_rows = self.gap_rows * keep + gap[K]
+        if realtime[K] and self.gap_rows:  # centred on each expert's usual gap: no bias left but the news
             offsets = [g / self.gap_rows for g in self.gap]
-            realtime = [r - realtime[3] * o for r, o in zip(realtime[:3], offsets, strict=True)] + [realtime[3]]
+            realtime = [r - realtime[K] * o for r, o in zip(realtime[:K], offsets, strict=True)] + [realtime[K]]
         else:
             realtime = NONE
-        rows = complete[3] + realtime[3]
+        rows = complete[K] + realtime[K]
         if rows:
             keep = self.decay**rows
             for i, name in enumerate(EXPERTS):
                 self.loss[name] = self.loss[name] * keep + complete[i] + realtime[i]
-            self.scored += complete[3]
+            self.scored += complete[K]
 
     def weights(self) -> dict[str, float]:
         low = min(self.loss.values())
@@ -112,16 +112,17 @@ class DelayedValidation:
     def mixture(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> torch.Tensor:
         """The served probability ``sum_k w_k p_k``."""
         w = self.weights()
-        mean = (memory_logit + adapt_logit) / 2
-        return (
-            w["memory"] * torch.sigmoid(memory_logit)
-            + w["adapt"] * torch.sigmoid(adapt_logit)
-            + w["mean"] * torch.sigmoid(mean)
-        )
+        served = w["memory"] * torch.sigmoid(memory_logit) + w["adapt"] * torch.sigmoid(adapt_logit)
+        for name, a in BLENDS.items():
+            if 0 < a < 1:
+                served = served + w[name] * torch.sigmoid((1 - a) * memory_logit + a * adapt_logit)
+        return served
 
     def state_dict(self) -> dict:
         return {"loss": dict(self.loss), "scored": self.scored, "gap": list(self.gap), "gap_rows": self.gap_rows}
 
     def load_state_dict(self, state: dict) -> None:
+        if set(state["loss"]) != set(EXPERTS):  # a Primus before the blends scored other experts: start afresh
+            return
         self.loss, self.scored = dict(state["loss"]), float(state["scored"])  # older states' "every" is unused
-        self.gap, self.gap_rows = list(state.get("gap", [0.0] * 3)), float(state.get("gap_rows", 0.0))
+        self.gap, self.gap_rows = list(state.get("gap", [0.0] * K)), float(state.get("gap_rows", 0.0))
