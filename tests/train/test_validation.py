@@ -59,9 +59,11 @@ def test_an_experts_loss_is_its_rows_times_one_minus_its_auc():
     assert len(scores) == K + 1 and scores[K] == 200.0
     for a, got in zip(BLENDS.values(), scores[:K], strict=True):
         assert got == pytest.approx(_pairs_misranked((1 - a) * memory + a * adapt, y), rel=1e-12)
-    assert misranked(np.array([0.1, 0.5, 0.3]), np.array([0.0, 1.0, 0.0])) == 0.0  # ranked right
-    assert misranked(np.array([0.1, 0.5]), np.array([1.0, 1.0])) == 0.0  # no pair: nothing to rank
-    assert misranked(np.array([0.2, 0.2]), np.array([1.0, 0.0])) == 1.0  # a tie counts half, times 2 rows
+    assert misranked(np.array([0.1, 0.5, 0.3]), np.array([0.0, 1.0, 0.0])).tolist() == [0.0]  # ranked right
+    assert misranked(np.array([0.1, 0.5]), np.array([1.0, 1.0])).tolist() == [0.0]  # no pair: nothing to rank
+    assert misranked(np.array([0.2, 0.2]), np.array([1.0, 0.0])).tolist() == [1.0]  # a tie counts half, x 2 rows
+    both = np.array([[0.3, 0.1, 0.2], [0.1, 0.1, 0.2]])  # one sort for several experts, ties in one only
+    assert misranked(both, np.array([1.0, 0.0, 0.0])).tolist() == [0.0, 3 * 0.75]
 
 
 def test_real_time_scores_count_only_once_centred_on_each_experts_usual_gap():
@@ -161,7 +163,7 @@ class _RowByRow:
         memory, adapt = np.asarray(logits, dtype=np.float64).T
         yy = np.asarray(y, dtype=np.float64)[found]
         blends = [memory if a == 0 else adapt if a == 1 else (1 - a) * memory + a * adapt for a in BLENDS.values()]
-        return labels, [*(misranked(blend, yy) for blend in blends), float(len(found))]
+        return labels, [*(float(misranked(blend, yy)[0]) for blend in blends), float(len(found))]
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the infinite logits

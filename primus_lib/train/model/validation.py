@@ -41,18 +41,27 @@ HALFLIFE_ROWS = 5_000.0
 NONE = [0.0] * (K + 1)  # no rows scored: each expert's loss, then the rows
 
 
-def misranked(logit: np.ndarray, labels: np.ndarray) -> float:
-    """Rows times the share of (click, no click) pairs ranked the wrong way round (ties count half):
-    ``rows * (1 - AUC)``; 0 where the rows are all of one label (no pair to rank)."""
+def misranked(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """For each expert's logits (a row of ``logits``, experts x rows): the rows times the share of
+    (click, no click) pairs it ranks the wrong way round, ties counting half: ``rows * (1 - AUC)``;
+    0 where the rows are all of one label (no pair to rank). One sort for all experts."""
+    logits = np.atleast_2d(logits)
     clicked = labels > 0.5
-    clicks = int(clicked.sum())
-    pairs = clicks * (len(labels) - clicks)
+    clicks, rows = int(clicked.sum()), len(labels)
+    pairs = clicks * (rows - clicks)
     if not pairs:
-        return 0.0
-    _, where, counts = np.unique(logit, return_inverse=True, return_counts=True)
-    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[where]  # 1-based, ties at their mean rank
-    auc = (ranks[clicked].sum() - clicks * (clicks + 1) / 2.0) / pairs
-    return float(len(labels) * (1.0 - auc))
+        return np.zeros(len(logits))
+    order = np.argsort(logits, axis=1)
+    ranked = np.take_along_axis(logits, order, axis=1)
+    ranks = np.broadcast_to(np.arange(1.0, rows + 1), logits.shape)  # 1-based
+    tied = (ranked[:, 1:] == ranked[:, :-1]).any(axis=1)
+    if tied.any():  # ties at their mean rank
+        ranks = ranks.copy()
+        for k in np.flatnonzero(tied):
+            _, where, counts = np.unique(ranked[k], return_inverse=True, return_counts=True)
+            ranks[k] = (np.cumsum(counts) - (counts - 1) / 2.0)[where]
+    click_ranks = (ranks * clicked[order]).sum(axis=1)
+    return rows * (1.0 - (click_ranks - clicks * (clicks + 1) / 2.0) / pairs)
 
 
 class DelayedValidation:
@@ -64,10 +73,13 @@ class DelayedValidation:
         self.gap_rows = 0.0
 
     @staticmethod
-    def experts(memory: np.ndarray, adapt: np.ndarray) -> list[np.ndarray]:
-        """The experts' logits of rows whose towers' logits are ``memory`` and ``adapt``."""
+    def experts(memory: np.ndarray, adapt: np.ndarray) -> np.ndarray:
+        """The experts' logits (experts x rows) of rows whose towers' logits are ``memory`` and ``adapt``."""
         memory, adapt = memory.astype(np.float64), adapt.astype(np.float64)
-        return [memory if a == 0 else adapt if a == 1 else (1 - a) * memory + a * adapt for a in BLENDS.values()]
+        a = np.array(list(BLENDS.values()))[:, None]
+        blends = (1 - a) * memory + a * adapt
+        blends[0], blends[-1] = memory, adapt  # exactly the towers (an infinite logit times 0 is NaN)
+        return blends
 
     @staticmethod
     def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
@@ -75,8 +87,8 @@ class DelayedValidation:
         scores at once): each expert's ``misranked``, then the rows."""
         if not len(labels):
             return list(NONE)
-        y = labels.astype(np.float64)
-        return [*(misranked(logit, y) for logit in DelayedValidation.experts(memory, adapt)), float(len(y))]
+        losses = misranked(DelayedValidation.experts(memory, adapt), labels)
+        return [*map(float, losses), float(len(labels))]
 
     @staticmethod
     def score_gap(realtime: list[float], complete: list[float]) -> list[float]:
