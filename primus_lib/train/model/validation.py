@@ -33,7 +33,8 @@ import math
 import numpy as np
 import torch
 
-BLENDS = {"memory": 0.0, "blend-0.25": 0.25, "mean": 0.5, "blend-0.75": 0.75, "adapt": 1.0}  # a: adapt's share
+# a: the adapt tower's share; the memory tower first, the adapt tower last (``experts``)
+BLENDS = {"memory": 0.0, "blend-0.25": 0.25, "mean": 0.5, "blend-0.75": 0.75, "adapt": 1.0}
 EXPERTS = tuple(BLENDS)
 K = len(EXPERTS)
 PRIOR = {name: 0.0 if name == "mean" else 3.0 for name in EXPERTS}  # before any evidence, serve the mean
