@@ -62,6 +62,8 @@ def test_an_experts_loss_is_its_rows_times_one_minus_its_auc():
     assert misranked(np.array([0.1, 0.5, 0.3]), np.array([0.0, 1.0, 0.0])).tolist() == [0.0]  # ranked right
     assert misranked(np.array([0.1, 0.5]), np.array([1.0, 1.0])).tolist() == [0.0]  # no pair: nothing to rank
     assert misranked(np.array([0.2, 0.2]), np.array([1.0, 0.0])).tolist() == [1.0]  # a tie counts half, x 2 rows
+    late = y * (rng.random(200) < 0.5)  # a second set of labels of the same rows, scored on the same sort
+    assert DelayedValidation.scores(memory, adapt, y, late) == [scores, DelayedValidation.score(memory, adapt, late)]
     both = np.array([[0.3, 0.1, 0.2], [0.1, 0.1, 0.2]])  # one sort for several experts, ties in one only
     assert misranked(both, np.array([1.0, 0.0, 0.0])).tolist() == [0.0, 3 * 0.75]
 

@@ -147,16 +147,18 @@ class Evidence:
         if self.validation is not None and found is not None and found.logits is not None and labels is not None:
             rows, memory, adapt = found.logits
             y = labels.detach().cpu().numpy()[rows]
-            complete = self.validation.score(memory, adapt, y)
             if found.labels is not None:
-                realtime = self.validation.score(memory, adapt, found.labels.numpy()[rows])
+                complete, realtime = self.validation.scores(memory, adapt, y, found.labels.numpy()[rows])
                 gap = DelayedValidation.score_gap(realtime, complete)
+            else:
+                complete = self.validation.score(memory, adapt, y)
         summed = group.sum(local + complete + gap + self.realtime)
         self.realtime = NONE
         if self.correct:
             self.completeness.add(kind, summed[0], int(summed[1]))
         if self.validation is not None:
-            self.validation.add(summed[2 : 3 + K], summed[3 + K : 4 + 2 * K], summed[4 + 2 * K :])
+            n = K + 1  # each score: a loss per expert, then the rows
+            self.validation.add(summed[2 : 2 + n], summed[2 + n : 2 + 2 * n], summed[2 + 2 * n :])
 
     def after_forward(self, kind: str, out: Forward, labels: torch.Tensor) -> None:
         if kind != "stream" or out.adapt_logit is None:

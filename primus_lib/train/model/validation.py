@@ -42,27 +42,37 @@ HALFLIFE_ROWS = 5_000.0
 NONE = [0.0] * (K + 1)  # no rows scored: each expert's loss, then the rows
 
 
+class Ranking:
+    """Each expert's rows in order of its logits (a row of ``logits``: experts x rows) and their 1-based
+    ranks along that order, ties at their mean rank: one sort, scored against any labels of the rows."""
+
+    def __init__(self, logits: np.ndarray):
+        logits = np.atleast_2d(logits)
+        self.order = np.argsort(logits, axis=1)
+        ranked = np.take_along_axis(logits, self.order, axis=1)
+        self.ranks = np.broadcast_to(np.arange(1.0, logits.shape[1] + 1), logits.shape)
+        tied = (ranked[:, 1:] == ranked[:, :-1]).any(axis=1)
+        if tied.any():
+            self.ranks = self.ranks.copy()
+            for k in np.flatnonzero(tied):
+                _, where, counts = np.unique(ranked[k], return_inverse=True, return_counts=True)
+                self.ranks[k] = (np.cumsum(counts) - (counts - 1) / 2.0)[where]
+
+    def misranked(self, labels: np.ndarray) -> np.ndarray:
+        """Per expert, the rows times the share of (click, no click) pairs it ranks the wrong way round,
+        ties counting half: ``rows * (1 - AUC)``; 0 where the rows are all of one label (no pair to rank)."""
+        clicked = labels > 0.5
+        clicks, rows = int(clicked.sum()), len(labels)
+        pairs = clicks * (rows - clicks)
+        if not pairs:
+            return np.zeros(len(self.order))
+        click_ranks = (self.ranks * clicked[self.order]).sum(axis=1)
+        return rows * (1.0 - (click_ranks - clicks * (clicks + 1) / 2.0) / pairs)
+
+
 def misranked(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """For each expert's logits (a row of ``logits``, experts x rows): the rows times the share of
-    (click, no click) pairs it ranks the wrong way round, ties counting half: ``rows * (1 - AUC)``;
-    0 where the rows are all of one label (no pair to rank). One sort for all experts."""
-    logits = np.atleast_2d(logits)
-    clicked = labels > 0.5
-    clicks, rows = int(clicked.sum()), len(labels)
-    pairs = clicks * (rows - clicks)
-    if not pairs:
-        return np.zeros(len(logits))
-    order = np.argsort(logits, axis=1)
-    ranked = np.take_along_axis(logits, order, axis=1)
-    ranks = np.broadcast_to(np.arange(1.0, rows + 1), logits.shape)  # 1-based
-    tied = (ranked[:, 1:] == ranked[:, :-1]).any(axis=1)
-    if tied.any():  # ties at their mean rank
-        ranks = ranks.copy()
-        for k in np.flatnonzero(tied):
-            _, where, counts = np.unique(ranked[k], return_inverse=True, return_counts=True)
-            ranks[k] = (np.cumsum(counts) - (counts - 1) / 2.0)[where]
-    click_ranks = (ranks * clicked[order]).sum(axis=1)
-    return rows * (1.0 - (click_ranks - clicks * (clicks + 1) / 2.0) / pairs)
+    """``Ranking(logits).misranked(labels)``: each expert's ``rows * (1 - AUC)`` on one set of labels."""
+    return Ranking(logits).misranked(labels)
 
 
 class DelayedValidation:
@@ -86,10 +96,16 @@ class DelayedValidation:
     def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
         """The losses of rows' logits against their labels (complete, or real-time for a stream step's
         scores at once): each expert's ``misranked``, then the rows."""
-        if not len(labels):
-            return list(NONE)
-        losses = misranked(DelayedValidation.experts(memory, adapt), labels)
-        return [*map(float, losses), float(len(labels))]
+        return DelayedValidation.scores(memory, adapt, labels)[0]
+
+    @staticmethod
+    def scores(memory: np.ndarray, adapt: np.ndarray, *label_sets: np.ndarray) -> list[list[float]]:
+        """``score`` against each set of labels of the same rows (a batch copy's complete and real-time
+        labels), the experts' logits sorted once."""
+        if not len(memory):
+            return [list(NONE) for _ in label_sets]
+        ranking = Ranking(DelayedValidation.experts(memory, adapt))
+        return [[*map(float, ranking.misranked(labels)), float(len(labels))] for labels in label_sets]
 
     @staticmethod
     def score_gap(realtime: list[float], complete: list[float]) -> list[float]:
