@@ -9,9 +9,11 @@ TorchRec code rather than against its own step.
 - towers: an MLP per tower (``Linear``/``ReLU`` layers, a ``Linear`` head to one logit) over
   the pooled embeddings and the dense features; one ``torch.optim.Adam`` per tower;
 - single tower: every minibatch trains the tower and the tables (binary cross-entropy);
-- two towers (MTRM's shape): a batch minibatch trains the memory tower and the tables; a stream
-  minibatch trains both towers, the adapt tower reading the embeddings and the memory logit
-  detached and a second collection of its own tables (as wide, row-wise Adagrad in backward too);
+- MTRM's shape (``two_towers``, the flag's old name): a batch minibatch trains the memory tower and the
+  tables and a third tower (the reread tower, the memory tower's sizes) over a collection of its own
+  tables and the dense features; a stream minibatch trains all three, the adapt tower reading the
+  embeddings and the memory logit detached and a second collection of its own tables (every
+  collection as wide, row-wise Adagrad in backward);
 - minibatches: ``KeyedJaggedTensor.from_lengths_sync`` and dense/label tensors, all built before
   the clock starts (``build_batches``).
 """
@@ -88,7 +90,7 @@ class BareModel(nn.Module):
         self.ebc = _collection(shape, configs, tables)
         width = shape.dim * len(shape.sparse) + len(shape.dense)
         self.memory = _mlp(width, shape.memory)
-        self.adapt, self.adapt_ebc = None, None
+        self.adapt, self.adapt_ebc, self.reread, self.reread_ebc = None, None, None, None
         if two_towers:
             fresh = [
                 EmbeddingBagConfig(name=f"a_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
@@ -96,6 +98,12 @@ class BareModel(nn.Module):
             ]
             self.adapt_ebc = _collection(shape, fresh, tables)
             self.adapt = _mlp(width + shape.dim * len(shape.sparse) + 1, shape.adapt)
+            third = [
+                EmbeddingBagConfig(name=f"r_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
+                for k, n in shape.sparse.items()
+            ]
+            self.reread_ebc = _collection(shape, third, tables)
+            self.reread = _mlp(width, shape.memory)
 
 
 def _collection(shape: Shape, configs: list[EmbeddingBagConfig], tables: str) -> nn.Module:
@@ -118,6 +126,7 @@ class BareLoop:
         self.model = BareModel(shape, two_towers, tables)
         self.memory_opt = torch.optim.Adam(self.model.memory.parameters(), lr=shape.lr)
         self.adapt_opt = torch.optim.Adam(self.model.adapt.parameters(), lr=shape.lr) if two_towers else None
+        self.reread_opt = torch.optim.Adam(self.model.reread.parameters(), lr=shape.lr) if two_towers else None
 
     def step(self, b: MiniBatch) -> float:
         x = torch.cat([self.model.ebc(b.sparse).values(), b.dense], dim=1)
@@ -129,11 +138,17 @@ class BareLoop:
             h = torch.cat([x.detach(), own, memory_logit.detach()[:, None]], dim=1)
             loss = loss + F.binary_cross_entropy_with_logits(self.model.adapt(h).squeeze(1), b.labels)
             self.adapt_opt.zero_grad()
+        if self.reread_opt is not None:
+            r = torch.cat([self.model.reread_ebc(b.sparse).values(), b.dense], dim=1)
+            loss = loss + F.binary_cross_entropy_with_logits(self.model.reread(r).squeeze(1), b.labels)
+            self.reread_opt.zero_grad()
         self.memory_opt.zero_grad()
         loss.backward()
         self.memory_opt.step()
         if both:
             self.adapt_opt.step()
+        if self.reread_opt is not None:
+            self.reread_opt.step()
         return float(loss.detach())
 
 

@@ -1,7 +1,7 @@
 """The trainer's per-row id bookkeeping (the once rule and MTRM's validation, ``streamed.py``), from
 a minibatch's Arrow id column to its rows found, against a Python dict keyed by the id strings.
 
-Each step of a pair: a stream minibatch of fresh ids is recorded (its labels and the two towers'
+Each step of a pair: a stream minibatch of fresh ids is recorded (its labels and the three towers'
 logits kept), then a batch minibatch is looked up and its rows forgotten: 90% the copies of rows
 streamed about 500,000 rows earlier, shuffled, 10% ids never streamed. Both sides start from
 the same steady state (1,100,000 rows recorded into a record of 1,000,000; a long-running job's
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from primus_lib.train.model.row_keys import row_keys
 from primus_lib.train.model.streamed import CAPACITY, StreamedRows
+from primus_lib.train.model.validation import Towers
 
 # (name, minibatch rows, rows recorded before the clock, rows between a row's stream and batch copies)
 CASES = (
@@ -66,14 +67,16 @@ class DictRows:
     def __init__(self, capacity: int = CAPACITY):
         self.capacity, self.next = capacity, 0
         self.positions: dict[str, int] = {}
-        self.columns = {name: np.full(capacity, np.nan, np.float32) for name in ("label", "memory", "adapt")}
+        self.columns = {name: np.full(capacity, np.nan, np.float32) for name in ("label", *Towers._fields)}
 
-    def record(self, ids: list[str], labels: np.ndarray, memory: np.ndarray, adapt: np.ndarray) -> None:
+    def record(self, ids: list[str], labels: np.ndarray, towers: Towers) -> None:
         n = len(ids)
         self.positions.update(zip(ids, range(self.next, self.next + n), strict=True))
         last = np.arange(self.next, self.next + n) % self.capacity
         self.next += n
-        self.columns["label"][last], self.columns["memory"][last], self.columns["adapt"][last] = labels, memory, adapt
+        self.columns["label"][last] = labels
+        for name, logits in zip(Towers._fields, towers, strict=True):
+            self.columns[name][last] = logits
         if len(self.positions) > self.capacity:
             for key in list(islice(self.positions, len(self.positions) - self.capacity)):
                 del self.positions[key]
@@ -88,7 +91,7 @@ class DictRows:
 
 class Side(Protocol):
     def convert(self, column: pa.Array) -> Any: ...
-    def record(self, keys: Any, labels: np.ndarray, memory: np.ndarray, adapt: np.ndarray) -> None: ...
+    def record(self, keys: Any, labels: np.ndarray, towers: Towers) -> None: ...
     def take(self, keys: Any) -> np.ndarray: ...
 
 
@@ -99,9 +102,9 @@ class Ours:
     def convert(self, column: pa.Array) -> np.ndarray:
         return row_keys(column)
 
-    def record(self, keys: np.ndarray, labels: np.ndarray, memory: np.ndarray, adapt: np.ndarray) -> None:
+    def record(self, keys: np.ndarray, labels: np.ndarray, towers: Towers) -> None:
         self.rows.record(keys, torch.from_numpy(labels))
-        self.rows.record_logits(torch.from_numpy(memory), torch.from_numpy(adapt))
+        self.rows.record_logits(towers)
 
     def take(self, keys: np.ndarray) -> np.ndarray:
         found = self.rows.take(keys)
@@ -115,15 +118,15 @@ class Baseline:
     def convert(self, column: pa.Array) -> list[str]:
         return column.to_pylist()
 
-    def record(self, ids: list[str], labels: np.ndarray, memory: np.ndarray, adapt: np.ndarray) -> None:
-        self.rows.record(ids, labels, memory, adapt)
+    def record(self, ids: list[str], labels: np.ndarray, towers: Towers) -> None:
+        self.rows.record(ids, labels, towers)
 
     def take(self, ids: list[str]) -> np.ndarray:
         return self.rows.take(ids)
 
 
 def workload(size: int, start: int, lag: int, pairs: int, rng: np.random.Generator) -> list[tuple]:
-    """(stream column, labels, memory, adapt, batch column, the batch rows expected found) per pair."""
+    """(stream column, labels, the towers' logits, batch column, the batch rows expected found) per pair."""
     out = []
     for _ in range(pairs):
         old = size - int(size * NEVER)
@@ -133,8 +136,8 @@ def workload(size: int, start: int, lag: int, pairs: int, rng: np.random.Generat
         rng.shuffle(batch)
         column = pa.array([f"{b // 100_000:07x}-{b % 100_000:06x}" for b in batch])
         labels = (rng.random(size) < 0.1).astype(np.float32)
-        memory, adapt = rng.normal(size=size).astype(np.float32), rng.normal(size=size).astype(np.float32)
-        out.append((ids(start, size), labels, memory, adapt, column, old))
+        towers = Towers(*(rng.normal(size=size).astype(np.float32) for _ in Towers._fields))
+        out.append((ids(start, size), labels, towers, column, old))
         start += size
     return out
 
@@ -142,11 +145,11 @@ def workload(size: int, start: int, lag: int, pairs: int, rng: np.random.Generat
 def run(side: Side, steps: list[tuple]) -> tuple[float, float]:
     """Seconds converting and seconds looking up, over ``steps``."""
     convert = lookup = 0.0
-    for stream, labels, memory, adapt, batch, expected in steps:
+    for stream, labels, towers, batch, expected in steps:
         t0 = time.perf_counter()
         fresh = side.convert(stream)
         t1 = time.perf_counter()
-        side.record(fresh, labels, memory, adapt)
+        side.record(fresh, labels, towers)
         t2 = time.perf_counter()
         old = side.convert(batch)
         t3 = time.perf_counter()

@@ -27,7 +27,7 @@ class Report:
         labels = np.concatenate(result.labels) if result.labels else np.zeros(0)
         served = np.concatenate(result.probs["served"]) if result.labels else np.zeros(0)
         out = {"auc": auc(labels, served), "logloss": logloss(labels, served), "samples": int(labels.size)}
-        for tower in ("memory", "adapt"):  # MTRM: each tower alone
+        for tower in ("memory", "adapt", "reread"):  # MTRM: each tower alone
             if result.probs.get(tower):
                 out[f"{tower}_auc"] = auc(labels, np.concatenate(result.probs[tower]))
         window_aucs = [w["auc"] for w in result.windows if w["auc"] is not None]
@@ -42,7 +42,7 @@ class Report:
                 continue
             per_seed = [self.overall(r) for r in runs]
             entry: dict = {"seeds": [r.seed for r in runs], "samples": per_seed[0]["samples"]}
-            for metric in ("auc", "logloss", "mean_window_auc", "memory_auc", "adapt_auc"):
+            for metric in ("auc", "logloss", "mean_window_auc", "memory_auc", "adapt_auc", "reread_auc"):
                 values = [s[metric] for s in per_seed if s.get(metric) is not None]
                 if values:
                     entry[metric] = float(np.mean(values))

@@ -209,8 +209,8 @@ class HourlyWorld(SingleProcess):
         }
         scores.labels.append(labels)
         scores.probs["served"].append(served)
-        if two_towers(stepper.mode):  # each tower alone too (report.json's memory_auc / adapt_auc)
-            for tower in ("memory", "adapt"):
+        if two_towers(stepper.mode):  # each tower alone too (report.json's memory_auc, adapt_auc, reread_auc)
+            for tower in ("memory", "adapt", "reread"):
                 probs = stepper.predict(batch, output=tower)
                 scores.probs.setdefault(tower, []).append(probs)
                 entry[f"{tower}_auc"] = auc(labels, probs)

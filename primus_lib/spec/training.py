@@ -11,7 +11,7 @@ from primus_lib.spec.base import SpecModel
 from primus_lib.spec.types import Duration
 
 TrainingMode = Literal["mtrm", "single_tower", "offline", "online", "offline_then_online"]
-ServedOutput = Literal["mixture", "mean", "adapt", "memory"]
+ServedOutput = Literal["mixture", "mean", "adapt", "memory", "reread"]
 StreamCorrection = Literal["likelihood", "none"]
 ShardingType = Literal["table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise"]
 # model fields of earlier designs: a spec that still sets one gets told so, not "unknown field"
@@ -57,22 +57,24 @@ class ModelSpec(SpecModel):
     embedding_dim: int = Field(
         16,
         gt=0,
-        description="Width of every embedding table's rows (mtrm holds each table twice: the adapt tower's own).",
+        description="Width of every embedding table's rows (mtrm holds each table three times: the adapt tower's "
+        "own and the reread tower's).",
     )
     memory_tower: list[int] = Field(
         default_factory=lambda: [128, 64],
         min_length=1,
-        description="Hidden sizes of the memory tower (the one tower of single-tower modes).",
+        description="Hidden sizes of the memory tower (the one tower of single-tower modes) and of MTRM's reread "
+        "tower.",
     )
     adapt_tower: list[int] = Field(
         default_factory=lambda: [128, 64], min_length=1, description="Hidden sizes of MTRM's adapt tower."
     )
     serve: ServedOutput = Field(
         "mixture",
-        description="MTRM's served output: the mixture of blends of its towers' logits (each tower, their mean and "
-        "two steps between), weighted by how well each ranked clicks above non-clicks (AUC) on complete labels a day "
-        "later and, at once, on real-time labels (progressive validation in the trainer); or the mean, or one tower "
-        "(single-tower modes serve their tower).",
+        description="MTRM's served output: the mixture of blends of its towers' logits (the memory or the reread "
+        "tower with the adapt tower, in steps of a quarter), weighted by how well each ranked clicks above non-clicks "
+        "(AUC) on complete labels a day later and, at once, on real-time labels (progressive validation in the "
+        "trainer); or the memory and adapt towers' mean, or one tower (single-tower modes serve their tower).",
     )
     stream_correction: StreamCorrection = Field(
         "likelihood",

@@ -55,7 +55,7 @@ def test_cpu_two_ranks_print_steps_per_second_and_the_ratio(tmp_path):
     assert abs(report["single_tower_samples_per_s"] - single * 64) <= 1
     assert {len(v) for v in report["rounds_s"].values()} == {1}
     plan = report["plan"]  # the planner's placement (MTRM's): every table, table-wise, across both ranks
-    assert set(plan) == {f"{p}{f}" for p in ("t_", "fresh_") for f in ("user_id", "item_id", "category")}
+    assert set(plan) == {f"{p}{f}" for p in ("t_", "fresh_", "reread_") for f in ("user_id", "item_id", "category")}
     assert {kind for shards in plan.values() for kind, _ in shards} == {"table_wise"}
     assert {ranks[0] for shards in plan.values() for _, ranks in shards} == {0, 1}
     assert report["versions"]["torch"] == metadata.version("torch")

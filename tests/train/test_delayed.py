@@ -122,8 +122,8 @@ def test_a_real_time_probability_is_read_as_a_complete_label_one_through_c():
 
 
 def test_mtrms_adapt_tower_fits_the_real_time_label_and_is_served_through_c(tiny):
-    """Under ``likelihood`` the memory tower's stream loss is the likelihood, the adapt tower's plain BCE on
-    the real-time label; its output ``q`` is recorded and served as ``q / c``. Under ``none``: as it is."""
+    """Under ``likelihood`` the memory and reread towers' stream loss is the likelihood, the adapt tower's plain
+    BCE on the real-time label; its output ``q`` is recorded and served as ``q / c``. Under ``none``: as it is."""
     _, job = tiny
     batch = _batch(job, seed=3)
     for correction, c in (("likelihood", 0.5), ("none", 1.0)):
@@ -133,7 +133,9 @@ def test_mtrms_adapt_tower_fits_the_real_time_label_and_is_served_through_c(tiny
         memory = stepper.model.memory_forward(x)
         adapt = stepper.model.adapt_forward(x, memory)
         memory_loss = stream_loss(correction, memory, batch.labels, 0.5)
-        expected = memory_loss + F.binary_cross_entropy_with_logits(adapt, batch.labels, reduction="none")
+        reread_loss = stream_loss(correction, stepper.model.reread_forward(x), batch.labels, 0.5)
+        adapt_loss = F.binary_cross_entropy_with_logits(adapt, batch.labels, reduction="none")
+        expected = memory_loss + adapt_loss + reread_loss
         torch.testing.assert_close(out.loss, expected)
         complete = (torch.sigmoid(adapt) / c).clamp(1e-7, 1 - 1e-6).detach()
         torch.testing.assert_close(torch.sigmoid(out.adapt_logit), complete)

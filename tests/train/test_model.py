@@ -1,5 +1,5 @@
 """The network's construction: under one seed MTRM's memory tower and shared tables start where the single
-tower's do; the adapt tower reads them, ``h_aux`` and its own fresh tables."""
+tower's do; the adapt tower reads them, ``h_aux`` and its own fresh tables; the reread tower its own tables."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def test_mtrm_starts_its_memory_tower_and_tables_as_the_single_tower_and_feeds_h
     assert len(fresh) == len(single.embeddings.state_dict())  # one fresh table per shared one, as wide
     assert mtrm.adapt[0].in_features == width + job.spec.model.embedding_dim * len(mtrm.keys) + 1  # + h_aux
     assert single.adapt_parameters() == [] and not hasattr(single, "adapt") and not hasattr(single, "fresh")
-    assert len(mtrm.table_parameters()) == 2 * len(single.table_parameters())
+    assert len(mtrm.reread_tables.state_dict()) == len(fresh)  # and the reread tower's, as wide
+    assert mtrm.reread[0].in_features == width and not hasattr(single, "reread")
+    assert len(mtrm.table_parameters()) == 3 * len(single.table_parameters())
 
 
 def test_a_checkpoint_of_another_model_is_refused_by_name(tiny):
@@ -32,5 +34,8 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(tiny):
     state["model"] = {k: v for k, v in state["model"].items() if ".fresh_" not in k and not k.startswith("fresh.")}
     with pytest.raises(ValueError, match=r"lacks 3 of the model's weights \(fresh\.embedding_bags\.fresh_"):
         LocalStepper(job, mode="mtrm", seed=3).load_state_dict(state)
+    before_reread = {k: v for k, v in mtrm.state_dict()["model"].items() if "reread" not in k}
+    with pytest.raises(ValueError, match=r"lacks 9 of the model's weights \(reread_tables\.embedding_bags"):
+        LocalStepper(job, mode="mtrm", seed=3).load_state_dict({**mtrm.state_dict(), "model": before_reread})
     LocalStepper(job, mode="mtrm", seed=5).load_state_dict(mtrm.state_dict())  # the same model round-trips
     assert single.model.state_dict().keys() < mtrm.model.state_dict().keys()

@@ -112,12 +112,13 @@ def _run(rank: int, job, out: Path) -> None:
     rng = np.random.default_rng(11)  # the same global data on every rank
     evaluation = to_batch(_table(np.random.default_rng(99), 128).take(list(range(rank, 128, 2))), features)
     initial = _full_state(stepper)
-    report["before"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
+    report["before"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt", "reread")}
     for step, kind in enumerate(KINDS):
         batch, global_rows = _rank_batch(rng, rank, step, features)
-        memory, adapt, tables = (
+        memory, adapt, reread, tables = (
             _dense(model.memory_parameters()),
             _dense(model.adapt_parameters()),
+            _dense(model.reread_parameters()),
             _local_tables(stepper),
         )
         result = stepper.step(kind, batch, global_rows)
@@ -125,13 +126,16 @@ def _run(rank: int, job, out: Path) -> None:
             report["violations"].append(f"step {step}: result {result} for batch {batch is not None}")
         adapt_moved = not all(torch.equal(a, b) for a, b in zip(adapt, model.adapt_parameters(), strict=True))
         memory_moved = not all(torch.equal(a, b) for a, b in zip(memory, model.memory_parameters(), strict=True))
-        if adapt_moved != (kind == "stream") or not memory_moved:
-            report["violations"].append(f"step {step}: {kind} step moved adapt {adapt_moved}, memory {memory_moved}")
+        reread_moved = not all(torch.equal(a, b) for a, b in zip(reread, model.reread_parameters(), strict=True))
+        if adapt_moved != (kind == "stream") or not memory_moved or not reread_moved:
+            report["violations"].append(
+                f"step {step}: {kind} step moved adapt {adapt_moved}, memory {memory_moved}, reread {reread_moved}"
+            )
         after = _local_tables(stepper)
-        for prefix in ("t_", "fresh_"):  # the shared tables, the adapt tower's own
+        for prefix in ("t_", "fresh_", "reread_"):  # the shared tables, the adapt tower's own, the reread tower's
             moved = any(not torch.equal(tables[k], after[k]) for k in tables if f".{prefix}" in k)
             report["table_moves"].append([kind, prefix, moved])
-    report["after"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt")}
+    report["after"] = {o: _eval_loss(stepper, evaluation, o) for o in ("memory", "adapt", "reread")}
     torch.save({"dense": _dense(stepper.dense_parameters())}, out / f"dense{rank}.pt")
     final = _full_state(stepper)
     if rank == 0:
@@ -158,7 +162,8 @@ def _run(rank: int, job, out: Path) -> None:
     fresh.load_state_dict(latest.state)
     report["meta_step"] = json.loads((root / latest.state["sharded_model"] / "meta.json").read_text())["step"]
     report["same_outputs"] = all(
-        np.array_equal(fresh.predict(evaluation, o), stepper.predict(evaluation, o)) for o in ("memory", "adapt")
+        np.array_equal(fresh.predict(evaluation, o), stepper.predict(evaluation, o))
+        for o in ("memory", "adapt", "reread")
     )
     # Optimizer states came back too: one more step on each model gives the same model.
     table = _table(rng, ROWS).take(list(range(rank, ROWS, 2)))
@@ -187,7 +192,8 @@ def test_sharded_two_ranks(spec_file, tmp_path):
 
     # table_wise: each table whole on one rank, and both ranks hold some table.
     placement = r0["placement"]
-    assert set(placement) == {f"{p}{f}" for p in ("t_", "fresh_") for f in ("user_id", "item_id", "category")}
+    prefixes = ("t_", "fresh_", "reread_")
+    assert set(placement) == {f"{p}{f}" for p in prefixes for f in ("user_id", "item_id", "category")}
     assert all(kind == "table_wise" and len(ranks) == 1 for shards in placement.values() for kind, ranks in shards)
     assert {ranks[0] for shards in placement.values() for _, ranks in shards} == {0, 1}
     assert reports[1]["placement"] == placement
@@ -195,8 +201,8 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     for report in reports:
         assert report["violations"] == []
     moves = {(kind, prefix) for r in reports for kind, prefix, moved in r["table_moves"] if moved}
-    # both kinds move the shared tables (on the rank that owns a touched row); only stream steps the fresh ones
-    assert moves == {("batch", "t_"), ("stream", "t_"), ("stream", "fresh_")}
+    # both kinds move the shared and reread tables (on the rank that owns a touched row); only stream steps the fresh
+    assert moves == {(k, p) for k in ("batch", "stream") for p in ("t_", "reread_")} | {("stream", "fresh_")}
 
     d0 = torch.load(out / "dense0.pt")["dense"]
     d1 = torch.load(out / "dense1.pt")["dense"]
@@ -205,6 +211,7 @@ def test_sharded_two_ranks(spec_file, tmp_path):
     for report in reports:  # learnable data: both graphs' held-out loss falls
         assert report["after"]["memory"] < report["before"]["memory"] - 0.02, report
         assert report["after"]["adapt"] < report["before"]["adapt"] - 0.02, report
+        assert report["after"]["reread"] < report["before"]["reread"] - 0.02, report
 
     for report in reports:
         assert report["models"] == report["expected_models"] and len(report["models"]) == 2
@@ -268,9 +275,7 @@ def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol
     # The fused kernel's row-wise Adagrad uses eps 1e-8 (torchrec's RowWiseAdagrad defaults to 1e-10).
     single.sparse = RowWiseAdagrad(model.table_parameters(), lr=job.spec.training.sparse_learning_rate, eps=1e-8)
     with torch.no_grad():
-        for param, value in zip(
-            [*model.memory_parameters(), *model.adapt_parameters()], states["initial"]["dense"], strict=True
-        ):
+        for param, value in zip(model.dense_parameters(), states["initial"]["dense"], strict=True):
             param.copy_(value)
         tables = model.state_dict()
         assert set(states["initial"]["tables"]) == {k for k in tables if "embedding_bags" in k}
@@ -283,7 +288,13 @@ def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol
             table = table.take(list(range(0, ROWS, 2)))  # rank 1 had no rows
         single.step(kind, to_batch(table, job.spec.features), table.num_rows, Group())
     final = states["final"]
-    for param, value in zip([*model.memory_parameters(), *model.adapt_parameters()], final["dense"], strict=True):
+    h_aux = model.adapt_parameters()[0]  # its last input column reads the memory logit
+    for param, value in zip(model.dense_parameters(), final["dense"], strict=True):
+        if param is h_aux:
+            # the h_aux weight's first gradients are near Adam's eps (the memory logit starts near 0), where
+            # float summation order moves a normalised step by more: 5e-4 there (seen 1.5e-4), 1e-4 elsewhere
+            assert torch.allclose(param[:, -1], value[:, -1], atol=5e-4), (param[:, -1] - value[:, -1]).abs().max()
+            param, value = param[:, :-1], value[:, :-1]
         assert torch.allclose(param, value, atol=1e-4), (param - value).abs().max()
     state = model.state_dict()
     for name, value in final["tables"].items():

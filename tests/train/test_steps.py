@@ -33,55 +33,79 @@ def _moved(before, after):
     return any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_a_batch_step_moves_the_memory_tower_and_the_shared_tables_only(tiny):
+def test_a_batch_step_moves_the_memory_and_reread_towers_and_their_tables_only(tiny):
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
-    tables, fresh = _tables(stepper), _tables(stepper, "fresh")
+    reread = _snapshot(stepper.model.reread_parameters())
+    tables, fresh, reread_tables = _tables(stepper), _tables(stepper, "fresh"), _tables(stepper, "reread_tables")
     result = stepper.step("batch", _batch(job))
-    assert result.towers == ("memory",)
+    assert result.towers == ("memory", "reread")
     assert _equal(adapt, stepper.model.adapt_parameters()), "a batch step changed the adapt tower"
     assert not _equal(memory, stepper.model.memory_parameters()), "a batch step did not train the memory tower"
+    assert not _equal(reread, stepper.model.reread_parameters()), "a batch step did not train the reread tower"
     assert _moved(tables, _tables(stepper)), "a batch step did not move the shared tables"
+    assert _moved(reread_tables, _tables(stepper, "reread_tables")), "a batch step did not move the reread tables"
     assert not _moved(fresh, _tables(stepper, "fresh")), "a batch step moved the adapt tower's fresh tables"
 
 
-def test_an_mtrm_stream_step_trains_both_towers_and_the_fresh_tables(tiny):
+def test_an_mtrm_stream_step_trains_every_tower_and_the_fresh_tables(tiny):
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
-    adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
+    towers = {t: _snapshot(stepper.model.tower_parameters(t)) for t in ("memory", "adapt", "reread")}
     fresh = _tables(stepper, "fresh")
     result = stepper.step("stream", _batch(job, seed=2))
-    assert result.towers == ("memory", "adapt")
-    assert not _equal(memory, stepper.model.memory_parameters()) and not _equal(adapt, stepper.model.adapt_parameters())
+    assert result.towers == ("memory", "adapt", "reread")
+    assert not any(_equal(before, stepper.model.tower_parameters(t)) for t, before in towers.items())
     assert _moved(fresh, _tables(stepper, "fresh")), "a stream step did not train the fresh tables"
 
 
+def test_the_reread_tower_trains_a_streamed_rows_batch_copy_in_full(tiny):
+    """The memory tower trains a copy only for what its stream step lacked (zero where the labels agree,
+    ``c = 1``); the reread tower trains it again in full, a second epoch."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode="mtrm", completeness=1.0)
+    batch = _batch(job, seed=5)
+    stepper.step("stream", batch)
+    x = stepper.model.features(batch.sparse, batch.dense, fresh=False)
+    stepper.evidence.before_step("batch", batch.keys, batch.labels, stepper.group)
+    out = forward(stepper.model, stepper.config, "batch", x, batch.labels, stepper.evidence)
+    reread = torch.nn.functional.binary_cross_entropy_with_logits(
+        stepper.model.reread_forward(x), batch.labels, reduction="none"
+    )
+    assert not torch.isnan(stepper.evidence.copies).any()  # every row was streamed
+    torch.testing.assert_close(out.loss, reread)  # the memory tower's copy: nothing
+    assert out.towers == ("memory", "reread") and float(reread.sum()) > 0
+
+
 def test_mtrms_memory_tower_and_tables_move_exactly_as_the_single_tower(tiny):
-    """The adapt tower reads the shared tables and the memory logit without gradient: under one seed, MTRM's
-    memory tower and shared tables are bit-equal to single_tower's after any mix of steps (what MTRM minus
-    single_tower then measures is the adapt tower alone, with its fresh tables)."""
+    """The adapt tower reads the shared tables and the memory logit without gradient and the reread tower has
+    tables of its own: under one seed, MTRM's memory tower and shared tables are bit-equal to single_tower's
+    after any mix of steps."""
     _, job = tiny
     mtrm, single = LocalStepper(job, mode="mtrm", seed=4), LocalStepper(job, mode="single_tower", seed=4)
     for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch", "stream"]):
         batch = _batch(job, seed=10 + i)
         a, b = mtrm.step(kind, batch), single.step(kind, batch)
-        assert a.towers == (("memory", "adapt") if kind == "stream" else ("memory",)) and b.towers == ("memory",)
+        assert a.towers == mtrm.config.towers(kind) and b.towers == ("memory",)
     assert _equal(_snapshot(single.model.memory_parameters()), mtrm.model.memory_parameters())
     assert all(torch.equal(v, _tables(mtrm)[k]) for k, v in _tables(single).items())
     batch = _batch(job, seed=99)
     np.testing.assert_array_equal(mtrm.predict(batch, output="memory"), single.predict(batch))
-    assert not np.allclose(mtrm.predict(batch, output="adapt"), single.predict(batch))  # the adapt tower adds
+    for tower in ("adapt", "reread"):  # the other towers add
+        assert not np.allclose(mtrm.predict(batch, output=tower), single.predict(batch))
 
 
 @pytest.mark.parametrize("mode", ["single_tower", "offline", "online", "offline_then_online"])
 def test_single_tower_modes_train_one_tower_on_both_kinds(tiny, mode):
     _, job = tiny
     stepper = LocalStepper(job, mode=mode)
-    assert stepper.model.adapt_parameters() == [] and "adapt" not in stepper.optimizers
+    assert stepper.model.adapt_parameters() == stepper.model.reread_parameters() == []
+    assert list(stepper.optimizers) == ["memory"]
     assert stepper.step("stream", _batch(job)).towers == stepper.step("batch", _batch(job)).towers == ("memory",)
-    with pytest.raises(ValueError, match="needs the adapt tower"):
-        stepper.predict(_batch(job), output="adapt")
+    for tower in ("adapt", "reread"):
+        with pytest.raises(ValueError, match="needs MTRM's towers"):
+            stepper.predict(_batch(job), output=tower)
     config = StepConfig.resolve(job, mode=mode)
     with pytest.raises(ValueError, match="minibatch kind"):
         x = torch.zeros(2, stepper.model.memory[0].in_features)
@@ -89,26 +113,26 @@ def test_single_tower_modes_train_one_tower_on_both_kinds(tiny, mode):
 
 
 def test_the_served_outputs(tiny):
-    """mean: the mean of both towers' logits; mixture (the default): the validation's weights over
-    blends of the towers' logits (before any scored row, the prior's: mostly the mean)."""
+    """mean: the mean of the memory and adapt towers' logits; mixture (the default): the validation's weights
+    over blends of the towers' logits (before any scored row, the prior's: mostly the mean)."""
     _, job = tiny
     batch = _batch(job)
     stepper = LocalStepper(job, mode="mtrm")
     for kind in ("batch", "stream", "batch"):
         stepper.step(kind, batch)
     logit = lambda p: np.log(p / (1 - p))  # noqa: E731
-    memory, adapt = stepper.predict(batch, output="memory"), stepper.predict(batch, output="adapt")
+    towers = {t: logit(stepper.predict(batch, output=t)) for t in ("memory", "adapt", "reread")}
     mean = stepper.predict(batch, output="mean")
-    np.testing.assert_allclose(logit(mean), (logit(memory) + logit(adapt)) / 2, rtol=1e-4)
+    np.testing.assert_allclose(logit(mean), (towers["memory"] + towers["adapt"]) / 2, rtol=1e-4)
     w = stepper.evidence.validation.weights()
-    blends = {a: 1 / (1 + np.exp(-((1 - a) * logit(memory) + a * logit(adapt)))) for a in BLENDS.values()}
-    served = sum(w[name] * blends[a] for name, a in BLENDS.items())
+    blend = lambda base, a: 1 / (1 + np.exp(-((1 - a) * towers[base] + a * towers["adapt"])))  # noqa: E731
+    served = sum(w[name] * blend(base, a) for name, (base, a) in BLENDS.items())
     np.testing.assert_allclose(stepper.predict(batch), served, rtol=1e-4)
     assert stepper.config.served() == "mixture"
-    assert LocalStepper(job, mode="mtrm").evidence.validation.weights()["mean"] > 0.8  # the prior
+    assert LocalStepper(job, mode="mtrm").evidence.validation.weights()["mean"] > 0.7  # the prior
     adapt_served = LocalStepper(job, mode="mtrm", serve="adapt")
     assert adapt_served.config.served() == "adapt" and LocalStepper(job, mode="online").config.served() == "memory"
-    with pytest.raises(ValueError, match="serve: expected one of mixture|mean|adapt|memory"):
+    with pytest.raises(ValueError, match="serve: expected one of mixture|mean|adapt|memory|reread"):
         LocalStepper(job, mode="mtrm", serve="blend")
 
 
@@ -170,7 +194,7 @@ def test_the_towers_fused_adam_agrees_with_torchs_default(tiny):
     _, job = tiny
     ours, plain = LocalStepper(job, mode="mtrm", seed=5), LocalStepper(job, mode="mtrm", seed=5)
     lr = plain.config.learning_rate
-    plain.optimizers = {t: torch.optim.Adam(plain.tower_params[t], lr=lr, foreach=False) for t in ("memory", "adapt")}
+    plain.optimizers = {t: torch.optim.Adam(params, lr=lr, foreach=False) for t, params in plain.tower_params.items()}
     assert all(g["fused"] for opt in ours.optimizers.values() for g in opt.param_groups)
     for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch"]):
         batch = _batch(job, seed=20 + i)

@@ -25,11 +25,16 @@ from tests.train.conftest import minibatch
 
 
 def _row_grads(stepper, kind, batch):
-    """d(per-row loss)/d(row's input), one row at a time summed: zero rows train nothing."""
-    x = stepper.model.features(batch.sparse, batch.dense).detach().requires_grad_(True)
-    out = forward(stepper.model, stepper.config, kind, x, batch.labels, stepper.evidence)
+    """d(per-row loss)/d(row's shared embeddings), one row at a time summed: zero rows train nothing; and
+    the step's output, its loss the memory tower's alone (MTRM's reread tower trains every copy in full:
+    ``test_steps.py``)."""
+    model = stepper.model
+    x = model.features(batch.sparse, batch.dense).detach().requires_grad_(True)
+    out = forward(model, stepper.config, kind, x, batch.labels, stepper.evidence)
     out.loss.sum().backward()
-    return x.grad.abs().sum(dim=1), out
+    if out.reread_logit is not None:
+        out.loss = out.loss - F.binary_cross_entropy_with_logits(out.reread_logit, batch.labels, reduction="none")
+    return x.grad[:, : model.width - model.n_dense].abs().sum(dim=1), out
 
 
 @pytest.mark.parametrize("mode", ["single_tower", "mtrm"])

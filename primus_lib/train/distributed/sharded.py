@@ -171,20 +171,15 @@ class ShardedStepper:
             types=types,
         )
         self.model: TwoTowerModel = self.dmp.module
-        for tower in (
-            self.model.memory,
-            self.model.memory_head,
-            getattr(self.model, "adapt", None),
-            getattr(self.model, "adapt_head", None),
-        ):
-            if tower is not None:
-                tower.to(self.device)  # the sharded tables already live on their device
+        for name in ("memory", "memory_head", "adapt", "adapt_head", "reread", "reread_head"):
+            if hasattr(self.model, name):
+                getattr(self.model, name).to(self.device)  # the sharded tables already live on their device
         self.group = Group()
         self._broadcast_dense()
         lr = self.config.learning_rate
-        self.optimizers: dict[str, torch.optim.Optimizer] = {"memory": tower_adam(self.model.memory_parameters(), lr)}
-        if self.config.two_towers:
-            self.optimizers["adapt"] = tower_adam(self.model.adapt_parameters(), lr)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {
+            t: tower_adam(self.model.tower_parameters(t), lr) for t in self.config.towers("stream")
+        }
         self._pad = self._dummy_batch()
 
     @property
@@ -225,7 +220,7 @@ class ShardedStepper:
         if self.before_backward is not None:
             self.before_backward()
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
-        group.reduce_grads([p for t in out.towers for p in getattr(self.model, f"{t}_parameters")()])
+        group.reduce_grads([p for t in out.towers for p in self.model.tower_parameters(t)])
         for tower in out.towers:
             self.optimizers[tower].step()
         if real is None:

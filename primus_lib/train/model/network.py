@@ -1,11 +1,15 @@
-"""The MTRM network: shared TorchRec embeddings, a memory tower and an adapt tower with fresh tables.
+"""The MTRM network: shared TorchRec embeddings, a memory tower, an adapt tower with fresh tables and a
+reread tower with tables of its own.
 
 The memory tower reads ``[embeddings, dense]``. The adapt tower also reads ``h_aux``, the memory tower's
 logit computed without gradient (Algorithm 1), and its own fresh tables (one per sparse feature, as
 wide as the shared ones) that only its stream loss moves; it reads the shared tables without moving
 them. So the shared tables and the memory tower train exactly as the single tower's, and in a world
-whose tastes turn, the adapt tower has embeddings that yesterday's rows never pulled back. The cost is
-a second copy of every table (docs/training.md). Single-tower modes build the memory tower alone.
+whose tastes turn, the adapt tower has embeddings that yesterday's rows never pulled back. The reread
+tower reads ``[dense, its tables]`` and trains on every row each time a row is read (the paper's
+single tower: a streamed row's batch copy is a second epoch), which the memory tower, trained once per
+impression, is not (``objective.py``). The cost is a second and a third copy of every table
+(docs/training.md). Single-tower modes build the memory tower alone.
 Embeddings are TorchRec EmbeddingBagCollections: fused (one process: row-wise Adagrad runs inside
 backward), replicated (data-parallel ranks: plain tables, gradients all-reduced, Adagrad stepped
 by the stepper) or, for DMP sharding, ones whose in-backward optimizer DMP fuses into its shards.
@@ -35,11 +39,13 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-SHARED, FRESH = "t_", "fresh_"  # the tables' name prefixes: the shared tables, the adapt tower's own
+# the tables' name prefixes: the shared tables, the adapt tower's own, the reread tower's own
+SHARED, FRESH, REREAD = "t_", "fresh_", "reread_"
 
 
 def table_names(features: FeaturesSpec, two_towers: bool) -> list[str]:
-    return [f"{prefix}{f.name}" for prefix in (SHARED, FRESH)[: 1 + two_towers] for f in features.sparse]
+    prefixes = (SHARED, FRESH, REREAD) if two_towers else (SHARED,)
+    return [f"{prefix}{f.name}" for prefix in prefixes for f in features.sparse]
 
 
 def _configs(features: FeaturesSpec, dim: int, prefix: str) -> list[EmbeddingBagConfig]:
@@ -94,6 +100,10 @@ class TwoTowerModel(nn.Module):
             fresh_width = spec.embedding_dim * len(self.keys)
             self.adapt = mlp([self.width + fresh_width + 1, *spec.adapt_tower])
             self.adapt_head = nn.Linear(spec.adapt_tower[-1], 1)
+            # drawn last: the memory and adapt towers start as they would without it
+            self.reread_tables = build_embeddings(features, spec.embedding_dim, sparse_lr, tables, prefix=REREAD)
+            self.reread = mlp([self.width, *spec.memory_tower])
+            self.reread_head = nn.Linear(spec.memory_tower[-1], 1)
 
     def _pooled(self, collection: nn.Module, sparse: KeyedJaggedTensor) -> torch.Tensor:
         pooled = collection(sparse)
@@ -102,30 +112,42 @@ class TwoTowerModel(nn.Module):
         return torch.cat([pooled[k] for k in self.keys], dim=1)
 
     def features(self, sparse: KeyedJaggedTensor, dense: torch.Tensor, *, fresh: bool = True) -> torch.Tensor:
-        """``[shared embeddings, dense, fresh embeddings]``: the memory tower reads the first ``width``
-        columns; the fresh ones (MTRM, unless ``fresh`` is False: a batch step has no use for them) the
-        adapt tower alone."""
+        """``[shared embeddings, dense, reread embeddings, fresh embeddings]`` (MTRM; a single tower: the
+        first two): the memory tower reads the first ``width`` columns, the reread tower the ``width``
+        after the shared embeddings, the adapt tower the shared and the fresh ones (unless ``fresh`` is
+        False: a batch step has no use for them)."""
         x = self._pooled(self.embeddings, sparse)
         if self.n_dense:
             x = torch.cat([x, torch.sign(dense) * torch.log1p(dense.abs())], dim=1)
-        if fresh and self.two_towers:
-            x = torch.cat([x, self._pooled(self.fresh, sparse)], dim=1)
+        if self.two_towers:
+            parts = [x, self._pooled(self.reread_tables, sparse)]
+            if fresh:
+                parts.append(self._pooled(self.fresh, sparse))
+            x = torch.cat(parts, dim=1)
         return x
 
     def memory_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.memory_head(self.memory(x[:, : self.width])).squeeze(1)
 
+    def reread_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The reread tower's logit: ``[dense, its tables]``, the columns after the shared embeddings."""
+        shared = self.width - self.n_dense
+        return self.reread_head(self.reread(x[:, shared : shared + self.width])).squeeze(1)
+
     def adapt_forward(self, x: torch.Tensor, memory_logit: torch.Tensor) -> torch.Tensor:
         """The adapt logit on ``x`` (its shared columns without gradient: the adapt tower does not move the
         shared tables) and ``h_aux``, the memory logit (no gradient flows back into it)."""
-        if x.shape[1] == self.width:
+        fresh_from = 2 * self.width - self.n_dense  # after the shared, dense and reread columns
+        if x.shape[1] == fresh_from:
             raise ValueError("the adapt tower reads its fresh tables: build x with features(..., fresh=True)")
-        shared, fresh = x[:, : self.width].detach(), x[:, self.width :]
+        shared, fresh = x[:, : self.width].detach(), x[:, fresh_from:]
         return self.adapt_head(self.adapt(torch.cat([shared, fresh, memory_logit.detach()[:, None]], dim=1))).squeeze(1)
 
     def table_parameters(self) -> list[nn.Parameter]:
-        """Every table's weights: the shared ones, then (MTRM) the adapt tower's fresh ones."""
-        return [*self.embeddings.parameters(), *(self.fresh.parameters() if self.two_towers else [])]
+        """Every table's weights: the shared ones, then (MTRM) the adapt tower's fresh ones and the reread tower's."""
+        if not self.two_towers:
+            return list(self.embeddings.parameters())
+        return [*self.embeddings.parameters(), *self.fresh.parameters(), *self.reread_tables.parameters()]
 
     def memory_parameters(self) -> list[nn.Parameter]:
         return [*self.memory.parameters(), *self.memory_head.parameters()]
@@ -133,5 +155,14 @@ class TwoTowerModel(nn.Module):
     def adapt_parameters(self) -> list[nn.Parameter]:
         return [*self.adapt.parameters(), *self.adapt_head.parameters()] if self.two_towers else []
 
+    def reread_parameters(self) -> list[nn.Parameter]:
+        return [*self.reread.parameters(), *self.reread_head.parameters()] if self.two_towers else []
+
+    def tower_parameters(self, tower: str) -> list[nn.Parameter]:
+        """``tower``'s weights ("memory" | "adapt" | "reread"), its tables apart."""
+        return {"memory": self.memory_parameters, "adapt": self.adapt_parameters, "reread": self.reread_parameters}[
+            tower
+        ]()
+
     def dense_parameters(self) -> list[nn.Parameter]:
-        return [*self.memory_parameters(), *self.adapt_parameters()]
+        return [*self.memory_parameters(), *self.adapt_parameters(), *self.reread_parameters()]

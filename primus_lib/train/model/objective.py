@@ -1,27 +1,30 @@
 """What one minibatch trains, in every mode: Primus's MTRM and the baselines on one code path.
 
-=====================  ======================  ======================================  ======================
-mode                   batch minibatch         stream minibatch                        served
-=====================  ======================  ======================================  ======================
-mtrm                   memory tower (once)     memory tower, adapt tower (``h_aux``)   ``spec.model.serve``
-single_tower           the tower (once)        the tower                               the tower
-offline                the tower               (not read)                              the tower
-online                 (not read)              the tower                               the tower
-offline_then_online    the tower until switch  the tower after the switch              the tower
-=====================  ======================  ======================================  ======================
+=====================  =======================  ===========================================  ====================
+mode                   batch minibatch          stream minibatch                             served
+=====================  =======================  ===========================================  ====================
+mtrm                   memory tower (once),     memory tower, adapt tower (``h_aux``),       ``spec.model.serve``
+                       reread tower             reread tower
+single_tower           the tower (once)         the tower                                    the tower
+offline                the tower                (not read)                                   the tower
+online                 (not read)               the tower                                    the tower
+offline_then_online    the tower until switch   the tower after the switch                   the tower
+=====================  =======================  ===========================================  ====================
 
 The memory tower and the shared tables train on every row a mode reads, exactly as the single
 tower does. The adapt tower trains on stream rows only, reading the memory logit (``h_aux``) and the
 shared tables without gradient, and its own fresh tables (``network.py``): the fresh view, which the
-batch rows (a day old) never reach. MTRM's memory tower and shared tables move exactly as the single
-tower's, so MTRM minus single_tower measures what the adapt tower adds. MTRM serves the mixture of
-blends of its towers that a validation weighs by how well each ranked (``validation.py``; ``serve:
-mixture``, the default): on complete labels a day later and, at once, on real-time labels. A stream
-row's label is provisional (late clicks are missing): every tower's stream loss is
-``spec.model.stream_correction``'s, but the adapt tower's, which fits the real-time label and is
-read through the delay model (``delayed.py``). (once): a mode that reads both kinds trains each
-impression once: the batch copy of a streamed row trains only what its stream step lacked
-(``streamed.py``). docs/training.md has the measurements.
+batch rows (a day old) never reach. The reread tower, with tables of its own, trains on every row each
+time it is read: a streamed row's batch copy trains it in full, a second epoch a day later (the
+paper's single tower), which wins where tastes move slowly and costs where they flip or sparse
+features are many; the memory tower trains each impression once. MTRM's memory tower and shared
+tables move exactly as the single tower's. MTRM serves the mixture of blends of its towers that a
+validation weighs by how well each ranked (``validation.py``; ``serve: mixture``, the default): on
+complete labels a day later and, at once, on real-time labels. A stream row's label is provisional
+(late clicks are missing): every tower's stream loss is ``spec.model.stream_correction``'s, but the
+adapt tower's, which fits the real-time label and is read through the delay model (``delayed.py``).
+(once): a mode that reads both kinds trains each impression once: the batch copy of a streamed row
+trains only what its stream step lacked (``streamed.py``). docs/training.md has the measurements.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
 from primus_lib.train.model.network import TwoTowerModel
 from primus_lib.train.model.streamed import StreamedRows
-from primus_lib.train.model.validation import NONE, DelayedValidation, K
+from primus_lib.train.model.validation import NONE, DelayedValidation, K, Towers
 
 SERVED: tuple[str, ...] = get_args(ServedOutput)
 CORRECTIONS: tuple[str, ...] = get_args(StreamCorrection)
@@ -75,6 +78,12 @@ class StepConfig:
     def needs_ids(self) -> bool:
         """Whether a step needs its rows' ids: MTRM's delayed validation, the once rule."""
         return self.two_towers or self.once
+
+    def towers(self, kind: str) -> tuple[str, ...]:
+        """The towers a minibatch of ``kind`` trains (the table above)."""
+        if not self.two_towers:
+            return ("memory",)
+        return ("memory", "adapt", "reread") if kind == "stream" else ("memory", "reread")
 
     def served(self, output: str | None = None) -> str:
         """The output served (``output`` overrides it): ``spec.model.serve`` in MTRM, the tower otherwise."""
@@ -113,6 +122,7 @@ class Forward:
     memory_logit: torch.Tensor
     adapt_logit: torch.Tensor | None  # the adapt tower's complete-label logit, without gradient
     towers: tuple[str, ...]
+    reread_logit: torch.Tensor | None = None  # without gradient
 
 
 class Evidence:
@@ -145,13 +155,13 @@ class Evidence:
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
         complete, gap = NONE, NONE
         if self.validation is not None and found is not None and found.logits is not None and labels is not None:
-            rows, memory, adapt = found.logits
+            rows, logits = found.logits
             y = labels.detach().cpu().numpy()[rows]
             if found.labels is not None:
-                complete, realtime = self.validation.scores(memory, adapt, y, found.labels.numpy()[rows])
+                complete, realtime = DelayedValidation.scores(logits, y, found.labels.numpy()[rows])
                 gap = DelayedValidation.score_gap(realtime, complete)
             else:
-                complete = self.validation.score(memory, adapt, y)
+                complete = DelayedValidation.score(logits, y)
         summed = group.sum(local + complete + gap + self.realtime)
         self.realtime = NONE
         if self.correct:
@@ -161,13 +171,13 @@ class Evidence:
             self.validation.add(summed[2 : 2 + n], summed[2 + n : 2 + 2 * n], summed[2 + 2 * n :])
 
     def after_forward(self, kind: str, out: Forward, labels: torch.Tensor) -> None:
-        if kind != "stream" or out.adapt_logit is None:
+        if kind != "stream" or out.adapt_logit is None or out.reread_logit is None:
             return
+        logits = Towers(*(t.detach().cpu().numpy() for t in (out.memory_logit, out.adapt_logit, out.reread_logit)))
         if self.streamed is not None:
-            self.streamed.record_logits(out.memory_logit, out.adapt_logit)
+            self.streamed.record_logits(logits)
         if self.validation is not None:
-            memory, adapt = (t.detach().cpu().numpy() for t in (out.memory_logit, out.adapt_logit))
-            self.realtime = self.validation.score(memory, adapt, labels.detach().cpu().numpy())
+            self.realtime = DelayedValidation.score(logits, labels.detach().cpu().numpy())
 
     @property
     def c(self) -> float:
@@ -203,7 +213,11 @@ def forward(
             seen = ~torch.isnan(copies)
             trained = delayed.stream_loss(config.correction, memory_logit, copies.nan_to_num(0.0), evidence.c)
             loss = loss - torch.where(seen, trained, torch.zeros_like(trained))
-        return Forward(loss, memory_logit, None, ("memory",))
+        if not config.two_towers:
+            return Forward(loss, memory_logit, None, ("memory",))
+        reread_logit = model.reread_forward(x)  # every batch row in full: a streamed row's copy is a second epoch
+        loss = loss + F.binary_cross_entropy_with_logits(reread_logit, labels, reduction="none")
+        return Forward(loss, memory_logit, None, config.towers(kind), reread_logit.detach())
     memory_logit = model.memory_forward(x)
     c = evidence.c
     loss = delayed.stream_loss(config.correction, memory_logit, labels, c)
@@ -211,7 +225,10 @@ def forward(
         return Forward(loss, memory_logit, None, ("memory",))
     adapt_logit = model.adapt_forward(x, memory_logit)
     loss = loss + F.binary_cross_entropy_with_logits(adapt_logit, labels, reduction="none")  # the real-time label
-    return Forward(loss, memory_logit, _adapt_output(config, adapt_logit.detach(), c), ("memory", "adapt"))
+    reread_logit = model.reread_forward(x)
+    loss = loss + delayed.stream_loss(config.correction, reread_logit, labels, c)
+    adapt_output = _adapt_output(config, adapt_logit.detach(), c)
+    return Forward(loss, memory_logit, adapt_output, config.towers(kind), reread_logit.detach())
 
 
 def _adapt_output(config: StepConfig, adapt_logit: torch.Tensor, c: float) -> torch.Tensor:
@@ -219,33 +236,37 @@ def _adapt_output(config: StepConfig, adapt_logit: torch.Tensor, c: float) -> to
     return delayed.complete_logit(adapt_logit, c) if config.correction == "likelihood" else adapt_logit
 
 
-def served_probs(
-    output: str, memory_logit: torch.Tensor, adapt_logit: torch.Tensor | None, evidence: Evidence
-) -> torch.Tensor:
+def served_probs(output: str, memory_logit: torch.Tensor, out: Towers | None, evidence: Evidence) -> torch.Tensor:
+    """The probability of ``output`` from the memory logit and (MTRM) the three towers' logits ``out``."""
+    if output not in SERVED:
+        raise ValueError(f"output: expected one of {'|'.join(SERVED)}, got {output!r}")
     if output == "memory":
         return torch.sigmoid(memory_logit)
-    if adapt_logit is None:
-        raise ValueError(f"served output {output!r} needs the adapt tower (mode mtrm)")
+    if out is None:
+        raise ValueError(f"served output {output!r} needs MTRM's towers (mode mtrm)")
     if output == "mixture":
         if evidence.validation is None:
-            raise ValueError("served output 'mixture' needs the two towers' delayed validation (mode mtrm)")
-        return evidence.validation.mixture(memory_logit, adapt_logit)
-    return torch.sigmoid(adapt_logit if output == "adapt" else (memory_logit + adapt_logit) / 2)
+            raise ValueError("served output 'mixture' needs the towers' delayed validation (mode mtrm)")
+        return evidence.validation.mixture(out)
+    return torch.sigmoid({"adapt": out.adapt, "reread": out.reread, "mean": (out.memory + out.adapt) / 2}[output])
 
 
 def progressive_probs(config: StepConfig, out: Forward, evidence: Evidence) -> np.ndarray:
-    """A step's predictions of its rows before the update: the served output where both towers ran
+    """A step's predictions of its rows before the update: the served output where every tower ran
     (MTRM's stream rows), else the memory tower's."""
-    output = config.served() if out.adapt_logit is not None else "memory"
-    return served_probs(output, out.memory_logit.detach(), out.adapt_logit, evidence).detach().cpu().numpy()
+    memory = out.memory_logit.detach()
+    if out.adapt_logit is None or out.reread_logit is None:
+        return torch.sigmoid(memory).cpu().numpy()
+    towers = Towers(memory, out.adapt_logit, out.reread_logit)
+    return served_probs(config.served(), memory, towers, evidence).detach().cpu().numpy()
 
 
 @torch.no_grad()
 def predict_probs(model: TwoTowerModel, config: StepConfig, x: torch.Tensor, evidence: Evidence, output=None):
-    """The served probability of ``x`` (``output``: "memory" | "adapt" | "mean" | "mixture" overrides it)."""
+    """The served probability of ``x`` (``output``: one of ``SERVED``, overrides it)."""
     output = config.served(output)
     memory_logit = model.memory_forward(x)
     if output == "memory" or not model.two_towers:
         return served_probs(output, memory_logit, None, evidence)
     adapt_logit = _adapt_output(config, model.adapt_forward(x, memory_logit), evidence.c)
-    return served_probs(output, memory_logit, adapt_logit, evidence)
+    return served_probs(output, memory_logit, Towers(memory_logit, adapt_logit, model.reread_forward(x)), evidence)

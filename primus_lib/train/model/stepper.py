@@ -4,8 +4,8 @@
 live in this process (fused: one process; replicated: every data-parallel rank holds them all and
 sums the gradients), ``sharded.ShardedStepper`` one whose tables TorchRec's DMP shards across
 ranks. Both read one ``StepConfig`` resolved from the spec, so a mode means the same on both.
-Each tower has its own Adam: a batch step steps the memory tower's alone; an MTRM stream step
-steps each tower on its own loss (the adapt tower's never reaches the memory tower or the tables).
+Each tower has its own Adam, stepped by the minibatch kinds that train it (``objective.py``'s table), each
+on its own loss (the adapt tower's never reaches the memory tower or the shared tables).
 """
 
 from __future__ import annotations
@@ -97,13 +97,11 @@ class LocalStepper:
             tables=tables,
         )
         lr = self.config.learning_rate
-        self.optimizers: dict[str, torch.optim.Optimizer] = {"memory": tower_adam(self.model.memory_parameters(), lr)}
-        if self.config.two_towers:
-            self.optimizers["adapt"] = tower_adam(self.model.adapt_parameters(), lr)
         # the parameters' lists, once: a step would otherwise walk the modules for them (~30 times)
+        self.tower_params = {t: self.model.tower_parameters(t) for t in self.config.towers("stream")}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {t: tower_adam(p, lr) for t, p in self.tower_params.items()}
         self.params = list(self.model.parameters())
         self.tables = self.model.table_parameters()
-        self.tower_params = {"memory": self.model.memory_parameters(), "adapt": self.model.adapt_parameters()}
         self.sparse: torch.optim.Optimizer | None = None  # replicated tables: stepped after the all-reduce
         if tables == "replicated":
             from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
@@ -134,7 +132,7 @@ class LocalStepper:
             if batch is None:
                 raise ValueError("a step without rows needs global_rows: the rows of the step over every rank")
             global_rows = batch.size
-        towers = ("memory", "adapt") if kind == "stream" and self.config.two_towers else ("memory",)
+        towers = self.config.towers(kind)
         for param in self.params:
             param.grad = None
         real = batch if batch is not None and batch.size > 0 else None
@@ -160,7 +158,7 @@ class LocalStepper:
 
     @torch.no_grad()
     def predict(self, batch: Batch, output: str | None = None) -> np.ndarray:
-        """The served probability (``output`` overrides it: "memory" | "adapt" | "mean" | "mixture")."""
+        """The served probability (``output`` overrides it: one of ``spec.model.serve``'s values)."""
         self.model.eval()
         x = self.model.features(batch.sparse, batch.dense, fresh=self.config.served(output) != "memory")
         return predict_probs(self.model, self.config, x, self.evidence, output).numpy()
@@ -183,8 +181,8 @@ class LocalStepper:
         if missing:
             raise ValueError(
                 f"the checkpoint lacks {len(missing)} of the model's weights ({', '.join(missing[:3])}...): another "
-                "model wrote it (mode, features or a Primus before MTRM's fresh tables); resume it with the spec "
-                "and version that wrote it, or start the job afresh"
+                "model wrote it (mode, features or a Primus before MTRM's fresh tables or its reread tower); resume it "
+                "with the spec and version that wrote it, or start the job afresh"
             )
         self.model.load_state_dict(state["model"])
         for name, opt in self.optimizers.items():
@@ -201,4 +199,5 @@ class LocalStepper:
             return self.model.embeddings.fused_optimizer()
         from torchrec.optim.keyed import CombinedOptimizer
 
-        return CombinedOptimizer([self.model.embeddings.fused_optimizer(), self.model.fresh.fused_optimizer()])
+        collections = (self.model.embeddings, self.model.fresh, self.model.reread_tables)
+        return CombinedOptimizer([c.fused_optimizer() for c in collections])

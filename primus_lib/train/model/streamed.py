@@ -11,7 +11,7 @@ lacked: its loss is the complete label's BCE minus the stream loss the row alrea
 agree (and no click is late, ``c = 1``) the copy's gradient is zero; a late click's copy turns the
 stream's negative into a positive. A batch row the stream never carried trains in full.
 
-MTRM also keeps its towers' logits of each stream row, predicted before the row's step, for the
+MTRM also keeps its three towers' logits of each stream row, predicted before the row's step, for the
 delayed validation (``validation.py``) to score when the complete label arrives. Both read the same
 record: one id lookup a row (a second lookup cost MTRM about 6% of its step's CPU on bench/train.py).
 The ids arrive as 64-bit keys hashed on the prefetch thread (``row_keys.py``) and are looked up a
@@ -37,6 +37,7 @@ import torch
 
 from primus_lib.train.model.key_table import ABSENT, KeyTable
 from primus_lib.train.model.row_keys import NO_KEY, row_keys
+from primus_lib.train.model.validation import Towers
 
 if TYPE_CHECKING:
     from primus_lib.train.distributed.group import Group
@@ -58,7 +59,7 @@ class Found:
     """What a batch minibatch's rows' stream copies left (None where nothing)."""
 
     labels: torch.Tensor | None  # per row: the real-time label its stream step trained (NaN: never streamed)
-    logits: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (rows, memory, adapt): this rank's scored rows
+    logits: tuple[np.ndarray, Towers] | None  # (rows, their towers' logits): this rank's scored rows
 
 
 class StreamedRows:
@@ -66,10 +67,10 @@ class StreamedRows:
 
     def __init__(self, capacity: int = CAPACITY, logits: bool = False):
         self.capacity = capacity
-        self.logits = logits  # whether the rows keep MTRM's two logits
+        self.logits = logits  # whether the rows keep MTRM's towers' logits
         self.table = KeyTable(capacity)  # key -> its row's position (``next`` counts every row recorded)
         self.next = 0
-        self.columns: dict[str, np.ndarray] = {}  # "label", "memory", "adapt": allocated at the first record
+        self.columns: dict[str, np.ndarray] = {}  # "label" and each tower's logit: allocated at the first record
         self.last = np.zeros(0, np.int64)  # the ring slots of the last recorded minibatch
 
     def _column(self, name: str) -> np.ndarray:
@@ -94,15 +95,15 @@ class StreamedRows:
         self.table.put(keys[keyed], positions[keyed])
         self._column("label")[self.last] = labels.detach().cpu().numpy()
         if self.logits:  # until record_logits: not scored
-            self._column("memory")[self.last] = np.nan
-            self._column("adapt")[self.last] = np.nan
+            for tower in Towers._fields:
+                self._column(tower)[self.last] = np.nan
 
-    def record_logits(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> None:
-        """The towers' logits of the rows ``record`` just took (before their step: out of sample)."""
+    def record_logits(self, towers: Towers) -> None:
+        """The towers' logits (numpy) of the rows ``record`` just took (before their step: out of sample)."""
         if not self.logits or not len(self.last):
             return
-        self._column("memory")[self.last] = memory_logit.detach().cpu().numpy()
-        self._column("adapt")[self.last] = adapt_logit.detach().cpu().numpy()
+        for tower, logits in zip(Towers._fields, towers, strict=True):
+            self._column(tower)[self.last] = logits
 
     def _pop(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ring slots of ``keys`` and whether each was found here; the found are forgotten."""
@@ -137,15 +138,15 @@ class StreamedRows:
         any_label = bool(len(mine)) and not bool(torch.isnan(labels).all())
         return Found(labels if any_label else None, self._logits(slots, found))
 
-    def _logits(self, slots: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _logits(self, slots: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, Towers] | None:
         if not self.logits or not found.any():
             return None
         rows = np.flatnonzero(found)
-        memory, adapt = self.columns["memory"][slots[rows]], self.columns["adapt"][slots[rows]]
-        scored = ~np.isnan(memory)  # recorded with logits (not restored from a checkpoint)
+        towers = [self.columns[tower][slots[rows]] for tower in Towers._fields]
+        scored = ~np.isnan(towers[0])  # recorded with logits (not restored from a checkpoint)
         if not scored.any():
             return None
-        return rows[scored], memory[scored].astype(np.float64), adapt[scored].astype(np.float64)
+        return rows[scored], Towers(*(t[scored].astype(np.float64) for t in towers))
 
     def _remembered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every remembered row's key, real-time label and position (in no order: a checkpoint

@@ -5,8 +5,8 @@ trained on it. The complete label of a stream row arrives with its batch copy, `
 MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample)
 with the rows' record (``streamed.py``, keyed by the sample id), and the batch step that brings a
 row's complete label scores them, as ``primus eval`` scores a run. The experts are blends of the
-towers' logits, ``(1 - a) * memory + a * adapt`` for ``a`` in ``BLENDS`` (the memory tower, the
-adapt tower, their mean and two steps between). An expert's loss on a minibatch is its rows times
+towers' logits, ``(1 - a) * base + a * adapt`` with ``base`` the memory tower (``a`` in 0, 1/4, 1/2,
+3/4, 1) or the reread tower (``a`` in 0 .. 3/4): ``BLENDS``. An expert's loss on a minibatch is its rows times
 the share of its (click, no click) pairs it ranks the wrong way round, ``1 - AUC``: the product is
 judged by AUC, and the log loss rewards calibration where ranking decides (in flip worlds it served
 the towers' mean while the adapt tower ranked better). The losses are summed with an exponential
@@ -29,14 +29,37 @@ ranks.
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-# a: the adapt tower's share; the memory tower first, the adapt tower last (``experts``)
-BLENDS = {"memory": 0.0, "blend-0.25": 0.25, "mean": 0.5, "blend-0.75": 0.75, "adapt": 1.0}
+# each expert: (its base tower, a: the adapt tower's share); the memory tower first (``experts``)
+BLENDS = {
+    "memory": ("memory", 0.0),
+    "blend-0.25": ("memory", 0.25),
+    "mean": ("memory", 0.5),
+    "blend-0.75": ("memory", 0.75),
+    "adapt": ("memory", 1.0),
+    "reread": ("reread", 0.0),
+    "reread-0.25": ("reread", 0.25),
+    "reread-mean": ("reread", 0.5),
+    "reread-0.75": ("reread", 0.75),
+}
 EXPERTS = tuple(BLENDS)
 K = len(EXPERTS)
+_SHARE = np.array([a for _, a in BLENDS.values()])
+_ON_REREAD = np.array([base == "reread" for base, _ in BLENDS.values()])
+
+
+class Towers(NamedTuple):
+    """MTRM's three logits of the same rows: numpy arrays, or tensors."""
+
+    memory: Any
+    adapt: Any
+    reread: Any
+
+
 PRIOR = {name: 0.0 if name == "mean" else 3.0 for name in EXPERTS}  # before any evidence, serve the mean
 HALFLIFE_ROWS = 5_000.0
 NONE = [0.0] * (K + 1)  # no rows scored: each expert's loss, then the rows
@@ -84,27 +107,23 @@ class DelayedValidation:
         self.gap_rows = 0.0
 
     @staticmethod
-    def experts(memory: np.ndarray, adapt: np.ndarray) -> np.ndarray:
-        """The experts' logits (experts x rows) of rows whose towers' logits are ``memory`` and ``adapt``."""
-        memory, adapt = memory.astype(np.float64), adapt.astype(np.float64)
-        a = np.array(list(BLENDS.values()))[:, None]
-        blends = (1 - a) * memory + a * adapt
-        blends[0], blends[-1] = memory, adapt  # exactly the towers (an infinite logit times 0 is NaN)
-        return blends
+    def experts(towers: Towers) -> np.ndarray:
+        """The experts' logits (experts x rows) of rows whose towers' logits are ``towers``."""
+        return _blends(*(np.asarray(t, np.float64) for t in towers), xp=np)
 
     @staticmethod
-    def score(memory: np.ndarray, adapt: np.ndarray, labels: np.ndarray) -> list[float]:
+    def score(towers: Towers, labels: np.ndarray) -> list[float]:
         """The losses of rows' logits against their labels (complete, or real-time for a stream step's
         scores at once): each expert's ``misranked``, then the rows."""
-        return DelayedValidation.scores(memory, adapt, labels)[0]
+        return DelayedValidation.scores(towers, labels)[0]
 
     @staticmethod
-    def scores(memory: np.ndarray, adapt: np.ndarray, *label_sets: np.ndarray) -> list[list[float]]:
+    def scores(towers: Towers, *label_sets: np.ndarray) -> list[list[float]]:
         """``score`` against each set of labels of the same rows (a batch copy's complete and real-time
         labels), the experts' logits sorted once."""
-        if not len(memory):
+        if not len(towers.memory):
             return [list(NONE) for _ in label_sets]
-        ranking = Ranking(DelayedValidation.experts(memory, adapt))
+        ranking = Ranking(DelayedValidation.experts(towers))
         return [[*map(float, ranking.misranked(labels)), float(len(labels))] for labels in label_sets]
 
     @staticmethod
@@ -138,20 +157,29 @@ class DelayedValidation:
         total = sum(raw.values())
         return {k: v / total for k, v in raw.items()}
 
-    def mixture(self, memory_logit: torch.Tensor, adapt_logit: torch.Tensor) -> torch.Tensor:
-        """The served probability ``sum_k w_k p_k``."""
+    def mixture(self, towers: Towers) -> torch.Tensor:
+        """The served probability ``sum_k w_k p_k`` of rows whose towers' logits (tensors) are ``towers``."""
         w = self.weights()
-        served = w["memory"] * torch.sigmoid(memory_logit) + w["adapt"] * torch.sigmoid(adapt_logit)
-        for name, a in BLENDS.items():
-            if 0 < a < 1:
-                served = served + w[name] * torch.sigmoid((1 - a) * memory_logit + a * adapt_logit)
-        return served
+        weights = torch.tensor([w[name] for name in EXPERTS], dtype=towers.memory.dtype, device=towers.memory.device)
+        return weights @ torch.sigmoid(_blends(*towers, xp=torch))
 
     def state_dict(self) -> dict:
         return {"loss": dict(self.loss), "scored": self.scored, "gap": list(self.gap), "gap_rows": self.gap_rows}
 
     def load_state_dict(self, state: dict) -> None:
-        if set(state["loss"]) != set(EXPERTS):  # a Primus before the blends scored other experts: start afresh
+        if set(state["loss"]) != set(EXPERTS):  # an earlier Primus scored other experts: start afresh
             return
         self.loss, self.scored = dict(state["loss"]), float(state["scored"])  # older states' "every" is unused
         self.gap, self.gap_rows = list(state.get("gap", [0.0] * K)), float(state.get("gap_rows", 0.0))
+
+
+def _blends(memory, adapt, reread, *, xp):
+    """``(1 - a) base + a adapt`` per expert (``xp``: numpy or torch), the towers exactly where ``a`` is 0 or 1
+    (an infinite logit times 0 is NaN)."""
+    base = xp.stack([reread if on else memory for on in _ON_REREAD])
+    share = _SHARE[:, None] if xp is np else torch.as_tensor(_SHARE[:, None], dtype=memory.dtype, device=memory.device)
+    blends = (1 - share) * base + share * adapt
+    for k, a in enumerate(_SHARE):
+        if a in (0.0, 1.0):
+            blends[k] = base[k] if a == 0.0 else adapt
+    return blends
