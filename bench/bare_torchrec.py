@@ -83,27 +83,23 @@ def _mlp(width: int, sizes: list[int]) -> nn.Sequential:
 class BareModel(nn.Module):
     def __init__(self, shape: Shape, two_towers: bool, tables: str = "fused"):
         super().__init__()
-        configs = [
-            EmbeddingBagConfig(name=f"t_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
-            for k, n in shape.sparse.items()
-        ]
-        self.ebc = _collection(shape, configs, tables)
+        self.ebc = _collection(shape, _configs(shape, "t_"), tables)
         width = shape.dim * len(shape.sparse) + len(shape.dense)
         self.memory = _mlp(width, shape.memory)
         self.adapt, self.adapt_ebc, self.reread, self.reread_ebc = None, None, None, None
         if two_towers:
-            fresh = [
-                EmbeddingBagConfig(name=f"a_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
-                for k, n in shape.sparse.items()
-            ]
-            self.adapt_ebc = _collection(shape, fresh, tables)
+            self.adapt_ebc = _collection(shape, _configs(shape, "a_"), tables)
             self.adapt = _mlp(width + shape.dim * len(shape.sparse) + 1, shape.adapt)
-            third = [
-                EmbeddingBagConfig(name=f"r_{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
-                for k, n in shape.sparse.items()
-            ]
-            self.reread_ebc = _collection(shape, third, tables)
+            self.reread_ebc = _collection(shape, _configs(shape, "r_"), tables)
             self.reread = _mlp(width, shape.memory)
+
+
+def _configs(shape: Shape, prefix: str) -> list[EmbeddingBagConfig]:
+    """One table per sparse feature, named ``prefix`` + the feature."""
+    return [
+        EmbeddingBagConfig(name=f"{prefix}{k}", embedding_dim=shape.dim, num_embeddings=n, feature_names=[k])
+        for k, n in shape.sparse.items()
+    ]
 
 
 def _collection(shape: Shape, configs: list[EmbeddingBagConfig], tables: str) -> nn.Module:

@@ -43,6 +43,7 @@ from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.metrics import auc, logloss
 from primus_lib.train.model.modes import two_towers
 from primus_lib.train.model.objective import StepResult
+from primus_lib.train.model.validation import Towers
 from primus_lib.train.runtime.coordinator import Decision, SingleProcess, Wants
 from primus_lib.train.runtime.inputs import Inputs
 
@@ -210,7 +211,7 @@ class HourlyWorld(SingleProcess):
         scores.labels.append(labels)
         scores.probs["served"].append(served)
         if two_towers(stepper.mode):  # each tower alone too (report.json's memory_auc, adapt_auc, reread_auc)
-            for tower in ("memory", "adapt", "reread"):
+            for tower in Towers._fields:
                 probs = stepper.predict(batch, output=tower)
                 scores.probs.setdefault(tower, []).append(probs)
                 entry[f"{tower}_auc"] = auc(labels, probs)

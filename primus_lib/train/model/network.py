@@ -160,9 +160,8 @@ class TwoTowerModel(nn.Module):
 
     def tower_parameters(self, tower: str) -> list[nn.Parameter]:
         """``tower``'s weights ("memory" | "adapt" | "reread"), its tables apart."""
-        return {"memory": self.memory_parameters, "adapt": self.adapt_parameters, "reread": self.reread_parameters}[
-            tower
-        ]()
+        by_tower = {"memory": self.memory_parameters, "adapt": self.adapt_parameters, "reread": self.reread_parameters}
+        return by_tower[tower]()
 
     def dense_parameters(self) -> list[nn.Parameter]:
         return [*self.memory_parameters(), *self.adapt_parameters(), *self.reread_parameters()]

@@ -2,7 +2,7 @@
 
 The stream's real-time label misses late clicks, so scoring the towers on it favours the tower
 trained on it. The complete label of a stream row arrives with its batch copy, ``lag`` later. So an
-MTRM stream step keeps both towers' logits of its rows (predicted before the step: out of sample)
+MTRM stream step keeps its towers' logits of its rows (predicted before the step: out of sample)
 with the rows' record (``streamed.py``, keyed by the sample id), and the batch step that brings a
 row's complete label scores them, as ``primus eval`` scores a run. The experts are blends of the
 towers' logits, ``(1 - a) * base + a * adapt`` with ``base`` the memory tower (``a`` in 0, 1/4, 1/2,
