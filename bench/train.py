@@ -17,10 +17,12 @@ Figures (per sample, wall clock):
   did besides the model's step and the checkpoints on its thread (waiting on input, idle
   sleeps, choosing and accounting minibatches), from ``Trainer.run``'s start to its end;
   ``..._other_us_per_step`` and ``..._step_us``: the same time and the step's, per step;
-- ``..._thread_cpu``: per CPU second of the training thread (the least noisy on a shared box);
+- ``..._thread_cpu``: per CPU second of the training thread and its step's helper thread (MTRM's step
+  scores and records beside its backward there: ``LocalStepper._beside_backward``), the least noisy
+  figure on a shared box;
 - ``step_alone_vs_bare_thread_cpu``: the trainer's stepper alone (``LocalStepper.step`` on the same
   minibatches decoded before its clock starts, no loop, no prefetch thread) against the bare loop,
-  per training-thread CPU second: what the step itself costs beside ordinary TorchRec code;
+  per CPU second of the same threads: what the step itself costs beside ordinary TorchRec code;
   ``step_in_trainer_vs_alone_thread_cpu``: the same steps' CPU inside ``primus train`` over alone
   (above 1: the loop's other threads slow the step down).
 
@@ -36,6 +38,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,9 +77,11 @@ class Probe:
 
     def __init__(self) -> None:
         self.reset()
+        self.helper_cpu_s = 0.0  # the step's helper thread's CPU, never reset (callers take differences)
         self._wrap(LocalStepper, "step", "step_s", self._record)
         self._wrap(Trainer, "checkpoint", "checkpoint_s")
         self._wrap(Trainer, "run", "run_s")
+        self._wrap_helper()
 
     def reset(self) -> None:
         self.step_s = self.checkpoint_s = self.run_s = self.step_cpu_s = 0.0
@@ -101,6 +106,23 @@ class Probe:
                     record(args)
 
         setattr(cls, name, timed)
+
+    def _wrap_helper(self) -> None:
+        """The CPU of the step's work on its helper thread (counted in the step's CPU too)."""
+        inner = LocalStepper._after_forward
+
+        def timed(*args, **kwargs):
+            if threading.current_thread() is threading.main_thread():
+                return inner(*args, **kwargs)
+            cpu = time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                used = time.thread_time() - cpu
+                self.helper_cpu_s += used
+                self.step_cpu_s += used
+
+        LocalStepper._after_forward = timed  # type: ignore[method-assign]
 
 
 def setup(tmp: Path):
@@ -130,9 +152,9 @@ def ours(job, events, mode: str, probe: Probe) -> dict:
     paths.progress.delete()
     probe.reset()
     gc.collect()
-    began, own = time.perf_counter(), time.thread_time()
+    began, own, helper = time.perf_counter(), time.thread_time(), probe.helper_cpu_s
     run_trainer(job, TrainerOptions(mode=mode, until_window=LAST), {"realtime": [TableStreamReader(events)]})
-    wall, own = time.perf_counter() - began, time.thread_time() - own
+    wall, own = time.perf_counter() - began, time.thread_time() - own + probe.helper_cpu_s - helper
     rows = sum(n for _, n in probe.steps)
     loop = probe.run_s
     other, steps = loop - probe.step_s - probe.checkpoint_s, max(1, len(probe.steps))  # the loop besides steps
@@ -181,16 +203,17 @@ def bare(job, steps, batch_rows, events, mode: str, tables: str = "fused", share
     return bare_torchrec.run(shape(job), mbs, two_towers=mode == "mtrm", tables=tables)
 
 
-def alone(job, steps, batch_rows, events, mode: str) -> dict:
+def alone(job, steps, batch_rows, events, mode: str, probe: Probe) -> dict:
     """The trainer's stepper alone on the same minibatches, decoded before the clock starts."""
     ids = job.spec.features.id or "request_id"
     batches = [(kind, to_batch(t, job.spec.features, ids)) for kind, t in minibatches(steps, batch_rows, events)]
     gc.collect()
-    cpu = time.thread_time()
+    cpu, helper = time.thread_time(), probe.helper_cpu_s
     stepper = LocalStepper(job, mode=mode)
     for kind, batch in batches:
         stepper.step(kind, batch)
-    return {"thread_cpu_s": time.thread_time() - cpu, "rows": sum(b.size for _, b in batches)}
+    used = time.thread_time() - cpu + probe.helper_cpu_s - helper
+    return {"thread_cpu_s": used, "rows": sum(b.size for _, b in batches)}
 
 
 def reader_only(job, events) -> float:
@@ -241,7 +264,7 @@ def main() -> None:
                     runs[mode].append(ours(job, events, mode, probe))
                     torch.set_num_threads(threads)
                     bares[mode].append(bare(job, runs[mode][-1]["steps"], batch_rows, events, mode))
-                alones[mode].append(alone(job, runs[mode][-1]["steps"], batch_rows, events, mode))
+                alones[mode].append(alone(job, runs[mode][-1]["steps"], batch_rows, events, mode, probe))
             loads.append(os.getloadavg()[0])
         torch.set_num_threads(threads)
         backward = {m: bare(job, runs[m][0]["steps"], batch_rows, events, m, "in_backward", 0.25) for m in MODES}
@@ -256,7 +279,7 @@ def main() -> None:
         ]
         for m in MODES
     }
-    # per row of training-thread CPU: the fastest of each's ROUNDS runs (the machine's noise only adds)
+    # per row of training-thread (and step helper) CPU: the fastest of each's ROUNDS runs (the machine's noise only adds)
     step_alone = {m: min(a["thread_cpu_s"] / a["rows"] for a in alones[m]) for m in MODES}
     step_bare = {m: min(1.0 / b["samples_per_thread_cpu_s"] for b in bares[m]) for m in MODES}
     step_in = {m: min(o["step_cpu_s"] / o["rows"] for o in runs[m]) for m in MODES}

@@ -39,3 +39,29 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(tiny):
         LocalStepper(job, mode="mtrm", seed=3).load_state_dict({**mtrm.state_dict(), "model": before_reread})
     LocalStepper(job, mode="mtrm", seed=5).load_state_dict(mtrm.state_dict())  # the same model round-trips
     assert single.model.state_dict().keys() < mtrm.model.state_dict().keys()
+
+
+def test_each_tower_reads_its_own_columns_and_a_missing_input_is_named(tiny):
+    """The memory tower reads ``[shared, dense]``, the reread tower ``[dense, its tables]``, the adapt tower
+    ``[shared, dense, fresh, h_aux]``: each logit is its MLP on exactly those columns."""
+    from tests.train.conftest import minibatch
+
+    _, job = tiny
+    model = LocalStepper(job, mode="mtrm", seed=2).model
+    batch = minibatch(job)
+    with torch.no_grad():
+        x = model.features(batch.sparse, batch.dense)
+        assert x.shared.shape[1] + x.dense.shape[1] == model.width == x.dense.shape[1] + x.reread.shape[1]
+        memory = model.memory_head(model.memory(torch.cat([x.shared, x.dense], dim=1))).squeeze(1)
+        assert torch.equal(model.memory_forward(x), memory)
+        reread = model.reread_head(model.reread(torch.cat([x.dense, x.reread], dim=1))).squeeze(1)
+        assert torch.equal(model.reread_forward(x), reread)
+        adapt_in = torch.cat([x.shared, x.dense, x.fresh, memory[:, None]], dim=1)
+        assert torch.equal(model.adapt_forward(x, memory), model.adapt_head(model.adapt(adapt_in)).squeeze(1))
+        batch_x = model.features(batch.sparse, batch.dense, fresh=False)
+    assert batch_x.fresh is None
+    with pytest.raises(ValueError, match="the adapt tower reads its fresh tables"):
+        model.adapt_forward(batch_x, memory)
+    single = LocalStepper(job, mode="single_tower", seed=2).model
+    with pytest.raises(ValueError, match="the reread tower reads its own tables"):
+        single.reread_forward(single.features(batch.sparse, batch.dense))

@@ -12,6 +12,7 @@ import torch
 from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.objective import StepConfig, forward
 from primus_lib.train.model.stepper import LocalStepper
+from primus_lib.train.model.tower_adam import TowerAdam
 from primus_lib.train.model.validation import BLENDS
 from tests.train.conftest import minibatch as _batch
 from tests.train.conftest import same_state
@@ -101,7 +102,7 @@ def test_single_tower_modes_train_one_tower_on_both_kinds(tiny, mode):
     _, job = tiny
     stepper = LocalStepper(job, mode=mode)
     assert stepper.model.adapt_parameters() == stepper.model.reread_parameters() == []
-    assert list(stepper.optimizers) == ["memory"]
+    assert stepper.optimizer.towers == ["memory"]
     assert stepper.step("stream", _batch(job)).towers == stepper.step("batch", _batch(job)).towers == ("memory",)
     for tower in ("adapt", "reread"):
         with pytest.raises(ValueError, match="needs MTRM's towers"):
@@ -194,8 +195,8 @@ def test_the_towers_fused_adam_agrees_with_torchs_default(tiny):
     _, job = tiny
     ours, plain = LocalStepper(job, mode="mtrm", seed=5), LocalStepper(job, mode="mtrm", seed=5)
     lr = plain.config.learning_rate
-    plain.optimizers = {t: torch.optim.Adam(params, lr=lr, foreach=False) for t, params in plain.tower_params.items()}
-    assert all(g["fused"] for opt in ours.optimizers.values() for g in opt.param_groups)
+    plain.optimizer = TowerAdam(plain.tower_params, lr, fused=False, foreach=False)
+    assert all(g["fused"] for g in ours.optimizer.param_groups)
     for i, kind in enumerate(["stream", "batch", "stream", "stream", "batch"]):
         batch = _batch(job, seed=20 + i)
         ours.step(kind, batch), plain.step(kind, batch)
@@ -205,7 +206,7 @@ def test_the_towers_fused_adam_agrees_with_torchs_default(tiny):
         assert (a - b).abs().mean() < 1e-5 * a.abs().mean()
     resumed = LocalStepper(job, mode="mtrm")
     resumed.load_state_dict(plain.state_dict())  # a checkpoint written unfused
-    assert all(g["fused"] and not g["foreach"] for opt in resumed.optimizers.values() for g in opt.param_groups)
+    assert all(g["fused"] and not g["foreach"] for g in resumed.optimizer.param_groups)
     resumed.step("stream", _batch(job, seed=30))  # and it steps
 
 
@@ -220,3 +221,19 @@ def test_the_hook_before_backward_runs_once_a_step_before_the_gradients(tiny, ki
     stepper.step(kind, _batch(job))
     assert len(seen) == 1 and all(g is None for g in seen[0])
     assert all(p.grad is not None for p in stepper.model.memory_parameters())
+
+
+def test_mtrms_bookkeeping_beside_backward_gives_exactly_what_it_gives_inline(tiny):
+    """The rows' record, the validation's scores (stream rows at once, batch copies a day later) and the
+    served mixture run on a helper thread while backward runs: the same predictions, weights and state."""
+    _, job = tiny
+    beside, inline = LocalStepper(job, mode="mtrm", seed=4), LocalStepper(job, mode="mtrm", seed=4)
+    inline._beside_backward = lambda *args: None  # everything after backward, on the step's thread
+    ids = [f"r{i}" for i in range(16)]
+    for i, kind in enumerate(["stream", "stream", "batch", "stream", "batch", "batch"]):
+        batch = _batch(job, ids=ids[(i % 2) * 8 : (i % 2) * 8 + 8], seed=40 + i)
+        a, b = beside.step(kind, batch), inline.step(kind, batch)
+        np.testing.assert_array_equal(a.probs, b.probs)
+    assert beside._beside is not None and inline._beside is None
+    assert beside.evidence.validation.scored > 0  # copies were scored
+    assert same_state(beside.state_dict(), inline.state_dict())

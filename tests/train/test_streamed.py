@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from primus_lib.train.distributed.data_parallel import per_rank
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.model import delayed
+from primus_lib.train.model.network import TowerInputs
 from primus_lib.train.model.objective import Evidence, StepConfig, forward
 from primus_lib.train.model.row_keys import row_keys
 from primus_lib.train.model.stepper import LocalStepper
@@ -29,12 +30,13 @@ def _row_grads(stepper, kind, batch):
     the step's output, its loss the memory tower's alone (MTRM's reread tower trains every copy in full:
     ``test_steps.py``)."""
     model = stepper.model
-    x = model.features(batch.sparse, batch.dense).detach().requires_grad_(True)
+    x = TowerInputs(*(None if t is None else t.detach() for t in model.features(batch.sparse, batch.dense)))
+    x.shared.requires_grad_(True)
     out = forward(model, stepper.config, kind, x, batch.labels, stepper.evidence)
     out.loss.sum().backward()
     if out.reread_logit is not None:
         out.loss = out.loss - F.binary_cross_entropy_with_logits(out.reread_logit, batch.labels, reduction="none")
-    return x.grad[:, : model.width - model.n_dense].abs().sum(dim=1), out
+    return x.shared.grad.abs().sum(dim=1), out
 
 
 @pytest.mark.parametrize("mode", ["single_tower", "mtrm"])
@@ -68,7 +70,7 @@ def test_stream_and_copy_together_train_the_complete_label_once_under_the_delay_
     c = 0.7
     stepper = LocalStepper(job, mode="single_tower", completeness=c)
     ids, rt, complete = ["a", "b", "c"], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]
-    stepper.evidence.before_step("stream", ids, torch.tensor(rt), stepper.group)
+    stepper.evidence.streamed.record(ids, torch.tensor(rt))  # a stream step's record of its rows
     batch = minibatch(job, ids=ids, labels=complete)
     stepper.evidence.before_step("batch", batch.ids, batch.labels, stepper.group)
     _, out = _row_grads(stepper, "batch", batch)

@@ -43,8 +43,7 @@ def save_dcp(stepper, directory: Where, extra: dict | None = None, plan: dict | 
     with directory.staging() as staging:
         dcp.save(dcp_state(stepper.dmp), checkpoint_id=str(staging))
         if group.rank == 0:
-            dense = {name: opt.state_dict() for name, opt in stepper.optimizers.items()}
-            torch.save(dense, staging / DENSE_OPTIMIZERS)
+            torch.save(stepper.optimizer.state_dict(), staging / DENSE_OPTIMIZERS)
         try:
             sizes, error = parts.put_files(staging), None
         except Exception as exc:  # every rank must learn it
@@ -102,8 +101,7 @@ def _load_local(stepper, directory: Path, meta: dict, shown: str) -> dict:
     stepper.dmp.load_state_dict(state["model"])
     stepper.dmp.fused_optimizer.load_state_dict(state["sparse_optimizer"])
     dense = load_torch(directory / DENSE_OPTIMIZERS, f"{shown}/{DENSE_OPTIMIZERS}")
-    for name, opt in stepper.optimizers.items():
-        opt.load_state_dict(dense[name])
+    stepper.optimizer.load_state_dict(dense)
     return meta
 
 

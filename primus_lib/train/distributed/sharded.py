@@ -56,7 +56,7 @@ from primus_lib.train.distributed.group import Group
 from primus_lib.train.model.batch import Batch
 from primus_lib.train.model.network import TwoTowerModel, table_names
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
-from primus_lib.train.model.stepper import tower_adam
+from primus_lib.train.model.tower_adam import TowerAdam
 
 # The planner warns on every build that it wants a TopologyFactory; DMP builds its own Topology the same way.
 logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
@@ -177,9 +177,7 @@ class ShardedStepper:
         self.group = Group()
         self._broadcast_dense()
         lr = self.config.learning_rate
-        self.optimizers: dict[str, torch.optim.Optimizer] = {
-            t: tower_adam(self.model.tower_parameters(t), lr) for t in self.config.towers("stream")
-        }
+        self.optimizer = TowerAdam({t: self.model.tower_parameters(t) for t in self.config.towers("stream")}, lr)
         self._pad = self._dummy_batch()
 
     @property
@@ -215,14 +213,13 @@ class ShardedStepper:
         )
         out = forward(self.model, self.config, kind, x, labels, self.evidence)
         if real is not None:
-            self.evidence.after_forward(kind, out, labels)
+            self.evidence.after_forward(kind, out, labels, real.keys)
         loss_sum = out.loss.sum() * (1.0 if real is not None else 0.0)
         if self.before_backward is not None:
             self.before_backward()
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
         group.reduce_grads([p for t in out.towers for p in self.model.tower_parameters(t)])
-        for tower in out.towers:
-            self.optimizers[tower].step()
+        self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them
         if real is None:
             return None
         probs = progressive_probs(self.config, out, self.evidence)

@@ -29,6 +29,7 @@ trains only what its stream step lacked (``streamed.py``). docs/training.md has 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import get_args
 
@@ -40,7 +41,7 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.spec.training import ServedOutput, StreamCorrection
 from primus_lib.train.model import delayed, modes
 from primus_lib.train.model.delayed import Completeness
-from primus_lib.train.model.network import TwoTowerModel
+from primus_lib.train.model.network import TowerInputs, TwoTowerModel
 from primus_lib.train.model.streamed import StreamedRows
 from primus_lib.train.model.validation import NONE, DelayedValidation, K, Towers
 
@@ -140,38 +141,53 @@ class Evidence:
         self.copies: torch.Tensor | None = None  # this batch minibatch's real-time labels (NaN: never streamed)
         self.realtime = NONE  # the last stream step's real-time scores, summed over ranks with the next step's
 
-    def before_step(self, kind: str, keys: np.ndarray | None, labels: torch.Tensor | None, group) -> None:
-        """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here)."""
+    def before_step(
+        self, kind: str, keys: np.ndarray | None, labels: torch.Tensor | None, group, *, defer: bool = False
+    ) -> Callable[[], None] | None:
+        """Fold in this minibatch's clicks and scored rows, summed over the ranks (``labels`` None: none here).
+        ``defer`` (a world of one): a batch step's scoring of its copies is returned for the stepper to run
+        beside backward (the step reads none of it), else done here."""
         self.copies = None
         found = None
-        if self.streamed is not None:  # every rank, every step: a batch step's lookup is collective
-            if kind == "stream":
-                self.streamed.record(keys, labels)
-            else:
-                found = self.streamed.take(keys, group)
-                self.copies = found.labels if self.once else None
+        if self.streamed is not None and kind == "batch":  # every rank, every step: the lookup is collective
+            found = self.streamed.take(keys, group)
+            self.copies = found.labels if self.once else None
         if not self.correct and self.validation is None:
-            return
+            return None
         local = [float(labels.sum()), float(labels.numel())] if labels is not None else [0.0, 0.0]
-        complete, gap = NONE, NONE
-        if self.validation is not None and found is not None and found.logits is not None and labels is not None:
-            rows, logits = found.logits
-            y = labels.detach().cpu().numpy()[rows]
-            if found.labels is not None:
-                complete, realtime = DelayedValidation.scores(logits, y, found.labels.numpy()[rows])
-                gap = DelayedValidation.score_gap(realtime, complete)
-            else:
-                complete = DelayedValidation.score(logits, y)
-        summed = group.sum(local + complete + gap + self.realtime)
-        self.realtime = NONE
+        realtime, self.realtime = self.realtime, NONE
+        if defer and kind == "batch" and self.validation is not None and not group.active:
+            if self.correct:
+                self.completeness.add(kind, local[0], int(local[1]))  # a world of one: its sum is its own
+            validation = self.validation
+            return lambda: validation.add(*self._copy_scores(found, labels), realtime)
+        summed = group.sum(local + [v for scores in self._copy_scores(found, labels) for v in scores] + realtime)
         if self.correct:
             self.completeness.add(kind, summed[0], int(summed[1]))
         if self.validation is not None:
             n = K + 1  # each score: a loss per expert, then the rows
             self.validation.add(summed[2 : 2 + n], summed[2 + n : 2 + 2 * n], summed[2 + 2 * n :])
+        return None
 
-    def after_forward(self, kind: str, out: Forward, labels: torch.Tensor) -> None:
-        if kind != "stream" or out.adapt_logit is None or out.reread_logit is None:
+    def _copy_scores(self, found, labels: torch.Tensor | None) -> tuple[list[float], list[float]]:
+        """A batch step's copies scored on their complete labels, and how their real-time scores differ."""
+        if self.validation is None or found is None or found.logits is None or labels is None:
+            return NONE, NONE
+        rows, logits = found.logits
+        y = labels.detach().cpu().numpy()[rows]
+        if found.labels is None:
+            return DelayedValidation.score(logits, y), NONE
+        complete, realtime = DelayedValidation.scores(logits, y, found.labels.numpy()[rows])
+        return complete, DelayedValidation.score_gap(realtime, complete)
+
+    def after_forward(self, kind: str, out: Forward, labels: torch.Tensor, keys: np.ndarray | None) -> None:
+        """A stream step's rows into the record (the once rule's labels, the validation's logits: read by
+        later batch steps alone) and its towers' scores at once on the real-time labels."""
+        if kind != "stream":
+            return
+        if self.streamed is not None:
+            self.streamed.record(keys, labels)
+        if out.adapt_logit is None or out.reread_logit is None:
             return
         logits = Towers(*(t.detach().cpu().numpy() for t in (out.memory_logit, out.adapt_logit, out.reread_logit)))
         if self.streamed is not None:
@@ -200,7 +216,7 @@ class Evidence:
 
 
 def forward(
-    model: TwoTowerModel, config: StepConfig, kind: str, x: torch.Tensor, labels: torch.Tensor, evidence: Evidence
+    model: TwoTowerModel, config: StepConfig, kind: str, x: TowerInputs, labels: torch.Tensor, evidence: Evidence
 ) -> Forward:
     """Per-row loss of a minibatch of ``kind`` (``"batch"``: complete labels; ``"stream"``: provisional)."""
     if kind not in modes.KINDS:
@@ -262,7 +278,7 @@ def progressive_probs(config: StepConfig, out: Forward, evidence: Evidence) -> n
 
 
 @torch.no_grad()
-def predict_probs(model: TwoTowerModel, config: StepConfig, x: torch.Tensor, evidence: Evidence, output=None):
+def predict_probs(model: TwoTowerModel, config: StepConfig, x: TowerInputs, evidence: Evidence, output=None):
     """The served probability of ``x`` (``output``: one of ``SERVED``, overrides it)."""
     output = config.served(output)
     memory_logit = model.memory_forward(x)

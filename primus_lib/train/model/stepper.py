@@ -4,13 +4,15 @@
 live in this process (fused: one process; replicated: every data-parallel rank holds them all and
 sums the gradients), ``sharded.ShardedStepper`` one whose tables TorchRec's DMP shards across
 ranks. Both read one ``StepConfig`` resolved from the spec, so a mode means the same on both.
-Each tower has its own Adam, stepped by the minibatch kinds that train it (``objective.py``'s table), each
-on its own loss (the adapt tower's never reaches the memory tower or the shared tables).
+Each tower has its own Adam (one optimizer, a group per tower: ``tower_adam.py``), moved by the
+minibatch kinds that train it (``objective.py``'s table), each on its own loss (the adapt tower's never
+reaches the memory tower or the shared tables).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +23,7 @@ from primus_lib.train.distributed.group import Group, launched_by_torchrun
 from primus_lib.train.model.batch import Batch
 from primus_lib.train.model.network import Tables, TwoTowerModel
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
+from primus_lib.train.model.tower_adam import TowerAdam
 
 __all__ = ["LocalStepper", "StepConfig", "StepResult", "Stepper", "make_stepper"]
 
@@ -69,13 +72,6 @@ def make_stepper(job: PrimusJob, config: StepConfig, group) -> Stepper:
     return LocalStepper(job, config, tables="replicated" if group.active else "fused")
 
 
-def tower_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
-    """A tower's Adam, fused (one kernel for the tower's tensors, CPU and CUDA alike): a third of the
-    multi-tensor path's time and 0.86-0.91x the step's CPU on bench/train.py's minibatches; its weights
-    agree with the single-tensor Adam's to float rounding (tests/train/test_steps.py)."""
-    return torch.optim.Adam(params, lr=lr, fused=True)
-
-
 class LocalStepper:
     """A model whose tables this process holds; one step of one minibatch kind at a time."""
 
@@ -99,9 +95,10 @@ class LocalStepper:
         lr = self.config.learning_rate
         # the parameters' lists, once: a step would otherwise walk the modules for them (~30 times)
         self.tower_params = {t: self.model.tower_parameters(t) for t in self.config.towers("stream")}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {t: tower_adam(p, lr) for t, p in self.tower_params.items()}
+        self.optimizer = TowerAdam(self.tower_params, lr)
         self.params = list(self.model.parameters())
         self.tables = self.model.table_parameters()
+        self._beside: ThreadPoolExecutor | None = None  # MTRM's bookkeeping of a step, beside its backward
         self.sparse: torch.optim.Optimizer | None = None  # replicated tables: stepped after the all-reduce
         if tables == "replicated":
             from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
@@ -116,9 +113,28 @@ class LocalStepper:
         if not self.model.training:  # train() walks every module: only after predict()
             self.model.train()
         x = self.model.features(batch.sparse, batch.dense, fresh=kind == "stream")
-        out = forward(self.model, self.config, kind, x, batch.labels, self.evidence)
-        self.evidence.after_forward(kind, out, batch.labels)
-        return out
+        return forward(self.model, self.config, kind, x, batch.labels, self.evidence)
+
+    def _after_forward(self, kind: str, out, batch: Batch, scores: Callable[[], None] | None = None) -> np.ndarray:
+        """A batch step's deferred ``scores`` of its copies; the stream rows' record and scores
+        (``Evidence.after_forward``); then the step's progressive predictions."""
+        if scores is not None:
+            scores()
+        self.evidence.after_forward(kind, out, batch.labels, batch.keys)
+        return progressive_probs(self.config, out, self.evidence)
+
+    def _beside_backward(self, kind: str, out, batch: Batch, scores: Callable[[], None] | None) -> Future | None:
+        """``_after_forward`` of MTRM's steps on a helper thread, while backward runs (which frees the GIL;
+        its kernels keep to the cores torch was given). Nothing it reads or writes is backward's; the step
+        waits for it before its update. On bench/train.py's minibatches it is ~0.5 ms of a 4-5 ms stream
+        step (the rows' record, the validation's scores, the served mixture) and ~0.2 ms of a batch step
+        (its copies' scores). None: too little to hand over (the single tower's record, ~0.1 ms, cost more
+        beside than inline); the step does it after backward."""
+        if scores is None and (kind != "stream" or out.adapt_logit is None):
+            return None
+        if self._beside is None:
+            self._beside = ThreadPoolExecutor(1, thread_name_prefix="primus-step")
+        return self._beside.submit(self._after_forward, kind, out, batch, scores)
 
     def step(
         self, kind: str, batch: Batch | None, global_rows: int | None = None, group: Group | None = None
@@ -136,22 +152,25 @@ class LocalStepper:
         for param in self.params:
             param.grad = None
         real = batch if batch is not None and batch.size > 0 else None
-        self.evidence.before_step(
-            kind, real.keys if real is not None else None, real.labels if real is not None else None, group
+        scores = self.evidence.before_step(
+            kind, real.keys if real is not None else None, real.labels if real is not None else None, group, defer=True
         )
         result = None
-        if real is not None:
+        if real is None:
+            if scores is not None:  # no backward to run beside
+                scores()
+        else:
             out = self._forward(kind, real)
             loss_sum = out.loss.sum()
+            beside = self._beside_backward(kind, out, real, scores)
             if self.before_backward is not None:
                 self.before_backward()
             (loss_sum / global_rows).backward()  # fused tables: row-wise Adagrad runs inside backward
-            probs = progressive_probs(self.config, out, self.evidence)
+            probs = beside.result() if beside is not None else self._after_forward(kind, out, real, scores)
             result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs)
         if group.active:
             group.reduce_grads([p for t in towers for p in self.tower_params[t]], self.tables)
-        for tower in towers:
-            self.optimizers[tower].step()
+        self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them
         if self.sparse is not None:
             self.sparse.step()
         return result
@@ -167,7 +186,7 @@ class LocalStepper:
     def state_dict(self) -> dict:
         return {
             "model": self.model.state_dict(),
-            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "optimizers": self.optimizer.state_dict(),
             "sparse_optimizer": self.sparse_optimizer().state_dict(),
             "evidence": self.evidence.state_dict(),
         }
@@ -185,10 +204,7 @@ class LocalStepper:
                 "with the spec and version that wrote it, or start the job afresh"
             )
         self.model.load_state_dict(state["model"])
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(state["optimizers"][name])
-            for group in opt.param_groups:  # a checkpoint's settings replace ours: older ones ran unfused
-                group["foreach"], group["fused"] = None, True
+        self.optimizer.load_state_dict(state["optimizers"])
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
         self.evidence.load_state_dict(state["evidence"], self.group.rank)
 

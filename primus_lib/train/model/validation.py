@@ -73,13 +73,20 @@ class Ranking:
         logits = np.atleast_2d(logits)
         self.order = np.argsort(logits, axis=1)
         ranked = np.take_along_axis(logits, self.order, axis=1)
-        self.ranks = np.broadcast_to(np.arange(1.0, logits.shape[1] + 1), logits.shape)
-        tied = (ranked[:, 1:] == ranked[:, :-1]).any(axis=1)
-        if tied.any():
-            self.ranks = self.ranks.copy()
-            for k in np.flatnonzero(tied):
-                _, where, counts = np.unique(ranked[k], return_inverse=True, return_counts=True)
-                self.ranks[k] = (np.cumsum(counts) - (counts - 1) / 2.0)[where]
+        n = logits.shape[1]
+        starts = np.ones(ranked.shape, bool)  # where a run of equal logits starts
+        np.not_equal(ranked[:, 1:], ranked[:, :-1], out=starts[:, 1:])
+        if starts.all():
+            self.ranks = np.broadcast_to(np.arange(1.0, n + 1), logits.shape)
+            return
+        # ties, for every expert at once (a loop over experts was 5% of MTRM's step): each position's run's
+        # first and last positions, and their mean rank
+        position = np.arange(n)
+        first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
+        ends = np.ones(ranked.shape, bool)
+        ends[:, :-1] = starts[:, 1:]
+        last = np.minimum.accumulate(np.where(ends, position, n - 1)[:, ::-1], axis=1)[:, ::-1]
+        self.ranks = (first + last) / 2.0 + 1.0
 
     def misranked(self, labels: np.ndarray) -> np.ndarray:
         """Per expert, the rows times the share of (click, no click) pairs it ranks the wrong way round,
