@@ -14,11 +14,14 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pyarrow.json as pajson
 import pytest
+import torch
 
 from primus_lib.evaluation.replay import batch_window
 from primus_lib.paths import JobPaths
+from primus_lib.train.runtime.checkpointing import _copied
 from primus_lib.train.runtime.sample_log import read_sample_log
 from tests.train.conftest import START, commit_windows
 
@@ -108,3 +111,16 @@ def test_atomic_write_replaces_whole_and_leaves_no_temp_on_failure(tmp_path):
     with pytest.raises(OSError):
         atomic_write(blocked, "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "progress.json"]
+
+
+def test_the_writers_copy_of_a_state_is_its_own():
+    """The state handed to the checkpoint writer thread does not move on with training: tensors (views of one
+    buffer among them), arrays, lists and other values are copied."""
+    flat = torch.arange(8.0)
+    live = {"tables": {"a": flat[:4], "b": flat[4:]}, "ring": np.arange(3), "groups": [{"lr": 0.1}], "n": 5}
+    copied = _copied(live)
+    flat.add_(100.0)
+    live["ring"][0] = 9
+    live["groups"][0]["lr"] = 0.2
+    assert copied["tables"]["a"].tolist() == [0.0, 1.0, 2.0, 3.0] and copied["tables"]["b"].tolist() == [4, 5, 6, 7]
+    assert copied["ring"].tolist() == [0, 1, 2] and copied["groups"] == [{"lr": 0.1}] and copied["n"] == 5
