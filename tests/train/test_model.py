@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from primus_lib.train.model.stepper import LocalStepper
+from tests.train.conftest import minibatch
 
 
 def test_mtrm_starts_its_memory_tower_and_tables_as_the_single_tower_and_feeds_h_aux_to_the_adapt_tower(tiny):
@@ -44,8 +45,6 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(tiny):
 def test_each_tower_reads_its_own_columns_and_a_missing_input_is_named(tiny):
     """The memory tower reads ``[shared, dense]``, the reread tower ``[dense, its tables]``, the adapt tower
     ``[shared, dense, fresh, h_aux]``: each logit is its MLP on exactly those columns."""
-    from tests.train.conftest import minibatch
-
     _, job = tiny
     model = LocalStepper(job, mode="mtrm", seed=2).model
     batch = minibatch(job)

@@ -177,7 +177,9 @@ class ShardedStepper:
         self.group = Group()
         self._broadcast_dense()
         lr = self.config.learning_rate
-        self.optimizer = TowerAdam({t: self.model.tower_parameters(t) for t in self.config.towers("stream")}, lr)
+        # the parameters' lists, once (as LocalStepper's): a step would otherwise walk the modules for them
+        self.tower_params = {t: self.model.tower_parameters(t) for t in self.config.towers("stream")}
+        self.optimizer = TowerAdam(self.tower_params, lr)
         self._pad = self._dummy_batch()
 
     @property
@@ -218,7 +220,7 @@ class ShardedStepper:
         if self.before_backward is not None:
             self.before_backward()
         (loss_sum / max(global_rows, 1)).backward()  # every rank: the tables' all-to-all backward is collective
-        group.reduce_grads([p for t in out.towers for p in self.model.tower_parameters(t)])
+        group.reduce_grads([p for t in out.towers for p in self.tower_params[t]])
         self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them
         if real is None:
             return None
