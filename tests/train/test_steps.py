@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -228,7 +229,7 @@ def test_mtrms_bookkeeping_beside_backward_gives_exactly_what_it_gives_inline(ti
     served mixture run on a helper thread while backward runs: the same predictions, weights and state."""
     _, job = tiny
     beside, inline = LocalStepper(job, mode="mtrm", seed=4), LocalStepper(job, mode="mtrm", seed=4)
-    inline._beside_backward = lambda *args: None  # everything after backward, on the step's thread
+    inline._beside_backward = lambda *args: (None, None)  # everything after backward, on the step's thread
     ids = [f"r{i}" for i in range(16)]
     for i, kind in enumerate(["stream", "stream", "batch", "stream", "batch", "batch"]):
         batch = _batch(job, ids=ids[(i % 2) * 8 : (i % 2) * 8 + 8], seed=40 + i)
@@ -237,3 +238,27 @@ def test_mtrms_bookkeeping_beside_backward_gives_exactly_what_it_gives_inline(ti
     assert beside._beside is not None and inline._beside is None
     assert beside.evidence.validation.scored > 0  # copies were scored
     assert same_state(beside.state_dict(), inline.state_dict())
+
+
+@pytest.mark.parametrize("mode", ["mtrm", "single_tower"])
+def test_the_graph_backward_keeps_is_gone_when_the_step_returns(tiny, mode):
+    """Backward keeps the graph (freeing a saved tensor inside it takes the GIL, which the step's helper
+    threads hold): the step must still let it go. Every layer's output (each saved by the next layer
+    for backward) is freed once the step and its helper's work are done, with ``then`` and without."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode=mode)
+    outputs: list[weakref.ref] = []
+
+    def keep(module, inputs, output):
+        if isinstance(output, torch.Tensor) and output.grad_fn is not None:
+            outputs.append(weakref.ref(output))
+
+    hooks = [module.register_forward_hook(keep) for module in stepper.model.modules()]
+    for i, kind in enumerate(["stream", "batch", "stream"]):
+        result = stepper.step(kind, _batch(job, seed=60 + i), then=(lambda probs: len(probs)) if i else None)
+        assert result is not None and (result.then is None) == (i == 0)
+    for hook in hooks:
+        hook.remove()
+    assert stepper._beside is not None
+    stepper._beside.submit(lambda: None).result()  # the helper has let go of its last step's work
+    assert len(outputs) > 10 and [ref() for ref in outputs] == [None] * len(outputs)

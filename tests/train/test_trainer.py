@@ -3,6 +3,7 @@ checkpoints, progress.json."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from datetime import timedelta
@@ -235,3 +236,69 @@ def test_the_prefetch_thread_is_woken_at_each_backward_pass(tiny, monkeypatch):
     trainer.run()
     assert trainer.step > 0 and len(released) >= trainer.step and all(released)
     assert trainer.stepper.before_backward is None
+
+
+def _offline_job(tmp_path, monkeypatch, name: str):
+    """An offline single-tower job over six committed windows (one buffer: the same minibatches whatever
+    the threads' timing): (job, the windows' sizes)."""
+    from tests.train.conftest import make_job
+
+    _, job = make_job(tmp_path / name, monkeypatch, mode="offline", hours=6)
+    return job, commit_windows(job, range(6))
+
+
+def _run(job, log, ahead: bool, monkeypatch, **options):
+    """A trainer's run, ``ahead`` or not: (trainer, the threads that accounted its steps)."""
+    from primus_lib.train.runtime.windows import WindowAccounting
+
+    threads: list[str] = []
+    account = WindowAccounting.account
+
+    def traced(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return account(self, *args, **kwargs)
+
+    trainer = Trainer(job, TrainerOptions(poll_interval=0.01, idle_exit=1.0, sample_log=log, **options))
+    assert trainer.ahead, "one process with the prefetch thread plans ahead by default"
+    trainer.ahead = ahead
+    with monkeypatch.context() as patch:
+        patch.setattr(WindowAccounting, "account", traced)
+        trainer.run()
+    return trainer, threads
+
+
+def test_the_loops_work_beside_the_step_trains_as_it_does_inline(tmp_path, monkeypatch):
+    """The loop's accounting and next decision on the step's helper thread (``Trainer._after_step``) give
+    the same steps, minibatches, window statistics and model, bit for bit, as the loop doing them itself."""
+    from tests.train.conftest import same_state
+
+    logs = {name: tmp_path / f"{name}.log" for name in ("beside", "inline")}
+    beside, beside_threads = _run(_offline_job(tmp_path, monkeypatch, "beside")[0], logs["beside"], True, monkeypatch)
+    inline, inline_threads = _run(_offline_job(tmp_path, monkeypatch, "inline")[0], logs["inline"], False, monkeypatch)
+    assert set(beside_threads) == {"primus-step_0"} and set(inline_threads) == {"MainThread"}
+    assert beside.step == inline.step == len(_steps(logs["beside"])) > 0
+    assert _steps(logs["beside"]) == _steps(logs["inline"])
+    progress = [json.loads(t.paths.progress.read_text()) for t in (beside, inline)]
+    for entry in progress:
+        for window in entry["consumed"].values():
+            window.pop("at")
+    assert progress[0]["consumed"] == progress[1]["consumed"] and len(progress[0]["consumed"]) == 6
+    assert same_state(beside.stepper.state_dict(), inline.stepper.state_dict())
+
+
+def test_a_run_stopped_at_max_steps_resumes_with_every_row_once(tmp_path, monkeypatch):
+    """The step before ``--max-steps`` plans no minibatch ahead (nor one before a checkpoint): the
+    checkpoint keeps every row not trained, and the resumed run trains each exactly once."""
+    job, sizes = _offline_job(tmp_path, monkeypatch, "run")
+    ends = list(itertools.accumulate(sizes))
+    size = job.spec.training.batch_size
+    # a last step that completes no window and is no --checkpoint-steps checkpoint: nothing else stops the take
+    last = next(s for s in range(4, 12) if s % 3 and not any((s - 1) * size < end <= s * size for end in ends))
+    log = tmp_path / "ids.log"
+    first, _ = _run(job, log, True, monkeypatch, max_steps=last, checkpoint_steps=3)
+    assert first.step == last and len(_steps(log)) == last
+    Trainer(job, TrainerOptions(poll_interval=0.01, idle_exit=1.0, sample_log=log)).run()
+    ids = [i for _, step in _steps(log) for i in step]
+    consumed = json.loads(first.paths.progress.read_text())["consumed"]
+    assert [consumed[f"history/20261101T0{h}0000Z"]["samples"] for h in range(6)] == sizes
+    assert len(ids) == len(set(ids)) == sum(sizes)

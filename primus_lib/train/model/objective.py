@@ -30,6 +30,7 @@ trains only what its stream step lacked (``streamed.py``). docs/training.md has 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import get_args
 
@@ -115,6 +116,7 @@ class StepResult:
     towers: tuple[str, ...]  # the towers this step trained
     loss: float
     probs: np.ndarray  # the step's predictions of its rows before the update (progressive)
+    then: Future | None = None  # what the step's ``then`` returns, maybe still running (``LocalStepper.step``)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ class LocalStepper:
     """A model whose tables this process holds; one step of one minibatch kind at a time."""
 
     syncs_towers = False
-    # called just before each backward pass, which runs without the GIL (the trainer's prefetch thread works then)
+    # called as each backward pass starts, which runs without the GIL (the trainer's prefetch thread works then)
     before_backward: Callable[[], None] | None = None
 
     def __init__(self, job: PrimusJob, config: StepConfig | None = None, *, tables: Tables = "fused", **overrides):
@@ -123,26 +123,41 @@ class LocalStepper:
         self.evidence.after_forward(kind, out, batch.labels, batch.keys)
         return progressive_probs(self.config, out, self.evidence)
 
-    def _beside_backward(self, kind: str, out, batch: Batch, scores: Callable[[], None] | None) -> Future | None:
-        """``_after_forward`` of MTRM's steps on a helper thread, while backward runs (which frees the GIL;
-        its kernels keep to the cores torch was given). Nothing it reads or writes is backward's; the step
-        waits for it before its update. On bench/train.py's minibatches it is ~0.5 ms of a 4-5 ms stream
-        step (the rows' record, the validation's scores, the served mixture) and ~0.2 ms of a batch step
-        (its copies' scores). None: too little to hand over (the single tower's record, ~0.1 ms, cost more
-        beside than inline); the step does it after backward."""
-        if scores is None and (kind != "stream" or out.adapt_logit is None):
-            return None
+    def _beside_backward(
+        self, kind: str, out, batch: Batch, scores: Callable[[], None] | None, then: Callable[[np.ndarray], Any] | None
+    ) -> tuple[Future | None, Future | None]:
+        """``_after_forward`` on a helper thread while backward runs (which frees the GIL; its kernels keep
+        to the cores torch was given), then the caller's ``then`` with its predictions. Nothing either reads
+        or writes is backward's; the step waits for the first before its update, never for ``then``. On
+        bench/train.py's minibatches MTRM's is ~0.5 ms of a 4-5 ms stream step (the rows' record, the
+        validation's scores, the served mixture) and ~0.2 ms of a batch step (its copies' scores). (None,
+        None): too little to hand over alone (the single tower's record, ~0.1 ms, cost more beside than
+        inline); the step does it after backward."""
+        if then is None and scores is None and (kind != "stream" or out.adapt_logit is None):
+            return None, None
         if self._beside is None:
             self._beside = ThreadPoolExecutor(1, thread_name_prefix="primus-step")
-        return self._beside.submit(self._after_forward, kind, out, batch, scores)
+        probs = self._beside.submit(self._after_forward, kind, out, batch, scores)
+        # one worker, in order: ``then`` starts once the predictions are done
+        return probs, (self._beside.submit(lambda: then(probs.result())) if then is not None else None)
 
     def step(
-        self, kind: str, batch: Batch | None, global_rows: int | None = None, group: Group | None = None
+        self,
+        kind: str,
+        batch: Batch | None,
+        global_rows: int | None = None,
+        group: Group | None = None,
+        *,
+        then: Callable[[np.ndarray], Any] | None = None,
     ) -> StepResult | None:
         """One step. In a data-parallel world this rank's rows (``batch``; None when it has none) are part
         of a global minibatch of ``global_rows``: the gradients of the towers ``kind`` trains and of the
         tables are summed over ranks (``group.reduce_grads``), so every rank applies the same update.
-        Alone (no ``group``), the minibatch is the batch."""
+        Alone (no ``group``), the minibatch is the batch.
+
+        ``then(probs)`` (the training loop's own work on the step: ``loop.Trainer._after_step``) runs on the
+        step's helper thread beside backward and the update; ``StepResult.then`` is its future. It is not
+        called for a step without rows."""
         group = group or self.group
         if global_rows is None:
             if batch is None:
@@ -162,12 +177,22 @@ class LocalStepper:
         else:
             out = self._forward(kind, real)
             loss_sum = out.loss.sum()
-            beside = self._beside_backward(kind, out, real, scores)
-            if self.before_backward is not None:
-                self.before_backward()
-            (loss_sum / global_rows).backward()  # fused tables: row-wise Adagrad runs inside backward
+            scaled = loss_sum / global_rows
+            handed: list[Future | None] = []
+
+            def hand_over(*_) -> None:  # backward's first node: the GIL stays free from here on
+                handed.extend(self._beside_backward(kind, out, real, scores, then))
+                if self.before_backward is not None:
+                    self.before_backward()
+
+            hook = scaled.grad_fn.register_prehook(hand_over)
+            # the graph lives to the end of the step: backward freeing each saved tensor would take the GIL
+            # (torch drops its Python object), waiting on the helper threads every time
+            scaled.backward(retain_graph=True)  # fused tables: row-wise Adagrad runs inside backward
+            hook.remove()
+            beside, follow = handed
             probs = beside.result() if beside is not None else self._after_forward(kind, out, real, scores)
-            result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs)
+            result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs, follow)
         if group.active:
             group.reduce_grads([p for t in towers for p in self.tower_params[t]], self.tables)
         self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them

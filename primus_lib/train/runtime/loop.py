@@ -3,7 +3,9 @@
 Each iteration: bring read rows into the buffers (``inputs.py``), let the coordinator decide
 what every rank does (``coordinator.py``: which buffer's minibatch, checkpoint, stop), run
 the step (``train/model/stepper.py``), account it per window (``windows.py``), checkpoint
-(``checkpointing.py``).
+(``checkpointing.py``). In one process the loop's own work on a step (its accounting, then the
+next iteration's input, decision and minibatch: ``planning.py``) runs on the step's helper thread
+beside its backward, which frees the GIL: the training thread goes from step to step.
 
 Exactly-once: a checkpoint holds model, optimizers, the feeds' cursors and the rows read but
 not yet trained; resuming restores all of them. Stream offsets are committed to the source
@@ -14,6 +16,7 @@ offsets and progress.json wait for the write, a world of ranks saves synchronous
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -30,16 +33,16 @@ from primus_lib.spec.job import PrimusJob
 from primus_lib.timegrid import epoch_ms
 from primus_lib.train.distributed.group import Group
 from primus_lib.train.distributed.ranks import open_rank_stream_readers
-from primus_lib.train.model.batch import Batch, Prepared, to_batch
 from primus_lib.train.model.modes import check_mode, default_switch, max_lag, reads, switches
 from primus_lib.train.model.objective import StepConfig
-from primus_lib.train.model.stepper import Stepper, make_stepper
+from primus_lib.train.model.stepper import LocalStepper, Stepper, make_stepper
 from primus_lib.train.runtime.checkpointing import Checkpointing
-from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot, Wants
+from primus_lib.train.runtime.coordinator import Coordinator, Decision, SingleProcess, Snapshot
 from primus_lib.train.runtime.feeds import open_stream_readers
 from primus_lib.train.runtime.feeds import stream_readers as choose_stream_readers
 from primus_lib.train.runtime.inputs import Inputs, Limits
 from primus_lib.train.runtime.options import TrainerOptions
+from primus_lib.train.runtime.planning import Plan, Planning, Taken
 from primus_lib.train.runtime.prefetch import Prefetcher
 from primus_lib.train.runtime.sample_log import SampleLogWriter
 from primus_lib.train.runtime.windows import WindowAccounting
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("primus.trainer")
 
 
-class Trainer(Checkpointing):
+class Trainer(Checkpointing, Planning):
     """One trainer process: its inputs, its model, the coordinator of its world, the loop."""
 
     def __init__(
@@ -124,6 +127,11 @@ class Trainer(Checkpointing):
         if self.prepares:
             self.inputs.align()
         self.decision: Decision | None = None  # what the loop decided, for train_one
+        self.taken: Taken | None = None  # its minibatch, when planned beside the last step
+        # one process: the loop's work on a step runs beside its backward (``_after_step``)
+        self.ahead = self.prepares and isinstance(self.stepper, LocalStepper)
+        self.planned: Future[Plan] | None = None  # the next iteration, planned beside the last step
+        self.idle_since = time.monotonic()
         self.step = 0
         self.last_checkpoint_step = -1
         self.last_checkpoint_at = time.monotonic()
@@ -165,101 +173,32 @@ class Trainer(Checkpointing):
             log.warning("trainer metrics disabled: %s: %s", type(exc).__name__, exc)
             return None
 
-    # -- input --------------------------------------------------------------------------
-    def fill(self) -> bool:
-        """Bring read rows into the buffers; True when any arrived.
-
-        With the prefetch thread this only waits for the lock when no buffer holds a full
-        minibatch (true starvation; a drained remainder also waits, so that the flag it is
-        flushed on is current); otherwise it reads inline.
-        """
-        lock = self.inputs.lock
-        if self.prefetch is None:
-            with lock:
-                self.inputs.read()
-                return self._transfer()
-        self.prefetch.check()
-        full = self.inputs.any_full()
-        if full and self.inputs.nothing_staged():  # the common case: train on, no lock taken
-            return False
-        if not full:
-            self.prefetch.release()  # starved: a deferred wake goes now
-        if not lock.acquire(blocking=not full):
-            return False
-        try:
-            moved = self._transfer()
-        finally:
-            lock.release()
-        if moved and self.prepares:
-            self.prefetch.consumed()  # new minibatches to prepare
-        return moved
-
-    def _transfer(self) -> bool:
-        """Staged rows into the buffers, new batch windows into the accounting (lock held)."""
-        moved = any(s.rows for s in self.inputs.staging.values())
-        for feed, seq in self.inputs.transfer():
-            self.windows.expect(feed, seq)
-        return moved
-
     # -- training -----------------------------------------------------------------------
-    def wants(self, idle: bool) -> Wants:
-        due = bool(self.checkpoint_every_s and time.monotonic() - self.last_checkpoint_at >= self.checkpoint_every_s)
-        return Wants(
-            checkpoint=self.windows.done_since_checkpoint or due,
-            done=self.inputs.all_done(),
-            idle=idle and self.options.idle_exit is not None,
-            until=self.until_reached(),
-        )
-
     def train_one(self) -> bool:
         """One step of the buffer the loop's decision names (decided now outside the loop)."""
         decision, self.decision = self.decision, None
+        taken, self.taken = self.taken, None
         if decision is None:
             decision = self.coordinator.decide(self.inputs, self.wants(False))
         if decision.buffer is None:
             return False
-        buffer = self.reader.buffers[decision.buffer]
-        rows, prepared = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
-        if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
-            self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
-        ids = self.ids_column
-        batch: Batch | None
-        if prepared is not None:
-            batch = prepared.batch
+        if taken is None:
+            taken = self._take(decision)
+        batch, stepper = taken.batch, self.stepper
+        if self.ahead and batch is not None and isinstance(stepper, LocalStepper):  # one process
+            result = stepper.step(taken.kind, batch, then=functools.partial(self._after_step, self.step + 1, taken))
         else:
-            batch = to_batch(rows, self.features, ids) if rows is not None else None
-        result = self.coordinator.step(self.stepper, buffer.kind, batch, decision.global_rows)
+            result = self.coordinator.step(stepper, taken.kind, batch, decision.global_rows)
         self.step += 1
         if batch is None or result is None:
             return True
-        labels = batch.labels.numpy()
         if self.input_metrics is not None:
-            self.input_metrics.add_samples(len(labels))
-        parts = prepared.parts if prepared is not None else None
-        self.windows.account(buffer.name, buffer.kind, rows, batch.ts, labels, result.probs, parts)
-        if self.sample_log.enabled and (sample_ids := batch.ids) is not None:
-            self.sample_log.step(self.step, buffer.name, sample_ids)
+            self.input_metrics.add_samples(batch.size)
+        if result.then is not None:
+            self.planned = result.then
+        else:
+            self._account(self.step, taken, result.probs)
         return True
-
-    def prepare(self, kind: str, rows) -> Prepared:
-        """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        batch = to_batch(rows, self.features, self.ids_column)
-        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, rows, batch.ts))
-
-    def until_reached(self) -> bool:
-        until = self.options.until_window
-        if until is None:
-            return False
-        if self.batch_feeds:
-            return all(key in self.windows.consumed for key in self.until_keys)
-        marks = [f.watermark_ms for f in self.inputs.all_stream_feeds()]
-        limits = self.inputs.limits
-        return (
-            bool(marks)
-            and limits.until_ms is not None
-            and max(marks) >= limits.until_ms + limits.window_ms
-            and not any(b.rows for b in self.reader.buffers.values())
-        )
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> str:
@@ -271,6 +210,9 @@ class Trainer(Checkpointing):
             try:
                 self.loop()
             finally:
+                if self.planned is not None:  # a step failed: its plan ends before the inputs close
+                    self.planned.exception()
+                    self.planned = None
                 if self.prefetch is not None:
                     self.prefetch.stop()
                     self.stepper.before_backward = None
@@ -305,35 +247,33 @@ class Trainer(Checkpointing):
 
     def loop(self) -> None:
         options = self.options
-        idle_since = time.monotonic()
         im = self.input_metrics
         began = fed = time.perf_counter()
         stepped = full = False
         while True:
             if im is not None:  # the previous iteration, then this one's start (live: only read without a step)
                 im.end(began, fed, stepped, full, live=not stepped and self.inputs.stream_live())
-                began, full = im.begin(), im.queues_full()
+                began = im.begin()
+            plan: Plan | None = None
+            if self.planned is not None:  # planned beside the last step: waiting for it is input wait
+                planned, self.planned = self.planned, None
+                plan = planned.result()
+                plan.fed = time.perf_counter()
+            if im is not None:
+                full = im.queues_full()
             if self.in_flight is not None:
                 self.settle(block=False)
-            arrived = self.fill()
-            fed = time.perf_counter()
-            stepped = False
-            if arrived:
-                idle_since = time.monotonic()
-            idle = options.idle_exit is not None and time.monotonic() - idle_since > options.idle_exit
-            decision = self.coordinator.decide(self.inputs, self.wants(idle))
-            if decision.checkpoint or (
-                options.checkpoint_steps and self.step - self.last_checkpoint_step >= options.checkpoint_steps
-            ):
+            if plan is None:
+                plan = self._plan(self.step)
+            fed, decision, stepped = plan.fed, plan.decision, False
+            if plan.checkpoint:
                 self.checkpoint(wait=False)
-            if options.max_steps is not None and self.step >= options.max_steps:
-                break
-            if decision.until:
+            if plan.stop:
                 break
             if decision.buffer is not None:
-                self.decision = decision
+                self.decision, self.taken = decision, plan.taken
                 stepped = self.train_one()
-                idle_since = time.monotonic()
+                self.idle_since = time.monotonic()
                 if self.step_delay:
                     time.sleep(self.step_delay)
                 continue
@@ -344,7 +284,7 @@ class Trainer(Checkpointing):
                 break
             if self.prefetch is not None:
                 self.prefetch.release()  # no step: no backward pass to wait for
-            if not arrived:
+            if not plan.arrived:
                 pause = options.poll_interval if self.prefetch is None else min(options.poll_interval, 0.01)
                 time.sleep(max(0.001, pause))
 

@@ -49,7 +49,7 @@ class Prefetcher:
         self.stopping = threading.Event()
         self.wanted = threading.Event()  # the trainer took rows: there may be room to read into
         self.defer = defer  # the trainer's wakes wait for its next backward pass (``release``)
-        self.due = False  # a deferred wake (set and cleared by the training thread only)
+        self.due = False  # a deferred wake (the loop sets it, on the step's helper thread too: at worst a step late)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="primus-prefetch", daemon=True)
 
