@@ -6,9 +6,11 @@ It wakes only when reading can do something: while every live buffer holds its r
 sleeps until the trainer takes rows (``consumed``); a thread that polled every few ms would
 take the GIL from the training thread between its kernels for nothing.
 
-It also prepares the minibatches the training buffers hold (``prepare``: Arrow rows into
+It can also prepare the minibatches the training buffers hold (``prepare``: Arrow rows into
 model tensors, their windows), so that the training thread only runs the step; it yields the
-GIL after each one, to take it from the training thread only while that runs kernels.
+GIL after each one, to take it from the training thread only while that runs kernels. (Where the
+loop plans its next minibatch beside the step's backward, the step's helper builds it instead:
+``loop.Trainer._start_prefetch``.)
 
 With ``defer`` the trainer's wakes wait for its next backward pass (``release``, which the stepper
 calls just before it): backward runs without the GIL for a good share of a step, so the thread
