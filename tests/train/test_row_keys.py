@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from primus_lib.train.model.row_keys import NO_KEY, row_keys
+from primus_lib.train.model.batch import to_batch
+from primus_lib.train.model.row_keys import KEY_COLUMN, NO_KEY, row_keys, with_keys
 
 
 def test_keys_are_pinned_because_checkpoints_and_other_ranks_hold_them():
@@ -60,3 +61,36 @@ def test_distinct_ids_get_distinct_keys():
     assert (
         np.bincount((keys & np.uint64(0xFFFF)).astype(np.int64)).max() <= 25
     )  # the low bits (a table's buckets) spread: 4.6 a bin on average
+
+
+def test_keys_hashed_as_rows_are_read_are_the_ones_a_minibatch_gets(tiny):
+    """``with_keys`` tags a block of read rows with its ids' keys once; a minibatch cut from it reads
+    them (``to_batch``) instead of hashing again, and they are the keys of its ids. A checkpoint's rows
+    are hashed anew (``rehash``), and a trainer that needs no ids drops them, so every table of a buffer
+    has the same columns."""
+    _, job = tiny
+    ids = [f"{i:07x}-{i:06x}" for i in range(700)]
+    rng = np.random.default_rng(3)
+    table = pa.table(
+        {
+            "request_id": ids,
+            "clicked": rng.integers(0, 2, 700).astype(np.float32),
+            "ts": np.arange(700, dtype=np.int64),
+            "user_id": rng.integers(0, 2000, 700),
+            "item_id": rng.integers(0, 2000, 700),
+            "category": rng.integers(0, 64, 700),
+            "price": rng.uniform(1, 50, 700).astype(np.float32),
+            "age": rng.uniform(18, 70, 700).astype(np.float32),
+        }
+    )
+    keyed = with_keys(table, "request_id")
+    assert keyed.column(KEY_COLUMN).to_numpy().tolist() == row_keys(ids).tolist()
+    assert with_keys(keyed, "request_id") is keyed  # hashed once
+    minibatch = to_batch(keyed.slice(512, 188), job.spec.features, "request_id")
+    assert minibatch.keys is not None and minibatch.keys.tolist() == row_keys(ids[512:]).tolist()
+    # the column is what the minibatch reads: a planted key comes through
+    planted = keyed.set_column(keyed.schema.get_field_index(KEY_COLUMN), KEY_COLUMN, pa.array(range(700), pa.uint64()))
+    assert to_batch(planted.slice(0, 4), job.spec.features, "request_id").keys.tolist() == [0, 1, 2, 3]
+    assert with_keys(planted, "request_id", rehash=True).column(KEY_COLUMN).equals(keyed.column(KEY_COLUMN))
+    assert with_keys(keyed, None).column_names == table.column_names  # no ids wanted: no keys
+    assert with_keys(table.drop_columns(["request_id"]), "request_id").column_names == table.column_names[1:]

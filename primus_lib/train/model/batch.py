@@ -14,7 +14,7 @@ import torch
 from torchrec import KeyedJaggedTensor
 
 from primus_lib.spec.training import FeaturesSpec
-from primus_lib.train.model.row_keys import row_keys
+from primus_lib.train.model.row_keys import KEY_COLUMN, row_keys
 
 
 @dataclass
@@ -86,7 +86,8 @@ def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column
     sample_ids = sample_keys = None
     if id_column and id_column in names:
         sample_ids = _array(table, id_column)
-        sample_keys = row_keys(sample_ids)
+        # the keys hashed as the rows were read (``row_keys.with_keys``), else now
+        sample_keys = _np(table, KEY_COLUMN, np.uint64) if KEY_COLUMN in names else row_keys(sample_ids)
     return Batch(
         sparse=sparse,
         dense=torch.from_numpy(dense),

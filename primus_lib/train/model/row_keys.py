@@ -24,6 +24,9 @@ import pyarrow as pa
 from primus_lib.data.schema import splitmix64
 
 NO_KEY = np.uint64(0)
+# the ids' keys as a column of the rows the trainer reads (``with_keys``): hashing costs per call
+# (~50 numpy calls), so a block of thousands of rows costs about what one minibatch did
+KEY_COLUMN = "__row_key"
 _SEED = np.uint64(0xD1B54A32D192ED03)  # a string's key starts here
 _LENGTH = np.uint64(0xBF58476D1CE4E5B9)  # its length, times this, is folded in last
 
@@ -51,6 +54,18 @@ def row_keys(column: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
     if column.null_count:
         keys[column.is_null().to_numpy(zero_copy_only=False)] = NO_KEY
     return keys
+
+
+def with_keys(table: pa.Table, id_column: str | None, rehash: bool = False) -> pa.Table:
+    """``table`` with the keys of its ids (``id_column``) in ``KEY_COLUMN``; without that column when it
+    has no ids or none are asked for. ``rehash``: recompute keys it already has (rows a checkpoint kept,
+    perhaps under another spec), so that every table of a buffer has the same columns."""
+    names = table.column_names
+    if KEY_COLUMN in names and (rehash or id_column is None or id_column not in names):
+        table, names = table.drop_columns([KEY_COLUMN]), [n for n in names if n != KEY_COLUMN]
+    if id_column is None or id_column not in names or KEY_COLUMN in names or not table.num_rows:
+        return table
+    return table.append_column(KEY_COLUMN, pa.array(row_keys(table.column(id_column)), pa.uint64()))
 
 
 def _bytes_keys(column: pa.Array, offset_type: type) -> np.ndarray:

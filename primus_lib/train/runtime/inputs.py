@@ -31,6 +31,7 @@ from primus_lib.data.training_queue import QueuedWindow, TrainingQueue
 from primus_lib.spec.job import PrimusJob
 from primus_lib.storage import StorageLocation, locate
 from primus_lib.train.model.modes import reads, switches
+from primus_lib.train.model.row_keys import with_keys
 from primus_lib.train.runtime.feeds import BatchFeed, StreamFeed, window_start_ms
 from primus_lib.train.runtime.priority import Buffer, PriorityReader
 
@@ -100,6 +101,7 @@ class Inputs:
         self.staged_seqs: list[int] = []
         self.stalled_since: dict[str, float | None] = {name: None for name in self.batch_feeds}
         self.lock = threading.Lock()
+        self.ids: str | None = None  # the rows' id column, when steps need its keys: hashed as rows are read
         self.partitionless = size > 1  # a rank that owns no partition of a stream will never read any
 
     # -- the stream's position ----------------------------------------------------------
@@ -147,7 +149,7 @@ class Inputs:
                     table = feed.read(self.high, 0.05)
                     if table is None:
                         break
-                    staged.push(table)
+                    staged.push(with_keys(table, self.ids))
                     arrived = True
             staged.exhausted = all(f.ended() for f in feeds) if feeds else self.partitionless
         mark = self.watermark()
@@ -160,7 +162,7 @@ class Inputs:
                     stalled = batch_feed.seq == batch_feed.done_seq
                     break
                 self.staged_seqs.append(batch_feed.seq)
-                staged.push(table)
+                staged.push(with_keys(table, self.ids))
                 arrived = got = True
             staged.exhausted = self.batch_finished(batch_feed)
             staged.drained = self.drained(name, stalled, got)
@@ -273,7 +275,7 @@ class Inputs:
                 feed.seek(saved)
         for name, table in pending.items():
             if table is not None:
-                self.reader.buffers[name].push(table)
+                self.reader.buffers[name].push(with_keys(table, self.ids, rehash=True))
         self.reader.served.update(pos.get("served", {}))
 
     def commit(self, stream_position: dict[str, list[dict]]) -> None:

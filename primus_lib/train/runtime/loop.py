@@ -141,7 +141,7 @@ class Trainer(Checkpointing, Planning):
         self.checkpoint_every_s = interval.total_seconds() if interval else None
         self.sample_log = SampleLogWriter(options.sample_log, self.rank if group.active else None)
         if self.sample_log.enabled or self.stepper.config.needs_ids:
-            self.ids_column = self.id_column
+            self.ids_column = self.inputs.ids = self.id_column
         self.input_metrics = self._input_metrics()  # the scaler's trainer signals (input_metrics.py)
         self.step_delay = options.step_delay
 
