@@ -131,8 +131,8 @@ class LocalStepper:
         or writes is backward's; the step waits for the first before its update, never for ``then``. On
         bench/train.py's minibatches MTRM's is ~0.5 ms of a 4-5 ms stream step (the rows' record, the
         validation's scores, the served mixture) and ~0.2 ms of a batch step (its copies' scores). (None,
-        None): too little to hand over alone (the single tower's record, ~0.1 ms, cost more beside than
-        inline); the step does it after backward."""
+        None): too little to hand over alone (the single tower's record, ~0.1 ms: no faster beside); the
+        step does it after backward."""
         if then is None and scores is None and (kind != "stream" or out.adapt_logit is None):
             return None, None
         if self._beside is None:
