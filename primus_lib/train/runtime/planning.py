@@ -63,7 +63,6 @@ class Planning:
     windows: WindowAccounting
     sample_log: SampleLogWriter
     prefetch: Prefetcher | None
-    prepares: bool
     features: FeaturesSpec
     ids_column: str | None
     batch_feeds: dict[str, BatchFeed]
@@ -98,7 +97,7 @@ class Planning:
             moved = self._transfer()
         finally:
             lock.release()
-        if moved and self.prepares:
+        if moved and self.prefetch.prepare is not None:
             self.prefetch.consumed()  # new minibatches to prepare
         return moved
 
