@@ -59,10 +59,15 @@ def commit_windows(job, hours: range, rows_per_shard: int = 50) -> list[int]:
 def minibatch(job, rows: int = 64, seed: int = 0, ids: list[str] | None = None, labels=None):
     """A model-ready minibatch of the tiny job's features: ``rows`` random rows (ids ``r0..``, random
     clicks), or the given ``ids`` and ``labels``."""
+    return to_batch(sample_rows(rows, seed, ids, labels), job.spec.features, "request_id")
+
+
+def sample_rows(rows: int = 64, seed: int = 0, ids: list[str] | None = None, labels=None) -> pa.Table:
+    """``minibatch``'s rows, as the trainer reads them (Arrow)."""
     rng = np.random.default_rng(seed)
     n = len(ids) if ids is not None else rows
     clicked = rng.integers(0, 2, n).astype(np.float32) if labels is None else np.asarray(labels, np.float32)
-    table = pa.table(
+    return pa.table(
         {
             "request_id": ids if ids is not None else [f"r{i}" for i in range(n)],
             "clicked": clicked,
@@ -74,7 +79,6 @@ def minibatch(job, rows: int = 64, seed: int = 0, ids: list[str] | None = None, 
             "age": rng.uniform(18, 70, n).astype(np.float32),
         }
     )
-    return to_batch(table, job.spec.features, "request_id")
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from primus_lib.train.model.batch import to_batch
 from primus_lib.train.model.row_keys import KEY_COLUMN, NO_KEY, row_keys, with_keys
+from tests.train.conftest import sample_rows
 
 
 def test_keys_are_pinned_because_checkpoints_and_other_ranks_hold_them():
@@ -70,19 +71,7 @@ def test_keys_hashed_as_rows_are_read_are_the_ones_a_minibatch_gets(tiny):
     has the same columns."""
     _, job = tiny
     ids = [f"{i:07x}-{i:06x}" for i in range(700)]
-    rng = np.random.default_rng(3)
-    table = pa.table(
-        {
-            "request_id": ids,
-            "clicked": rng.integers(0, 2, 700).astype(np.float32),
-            "ts": np.arange(700, dtype=np.int64),
-            "user_id": rng.integers(0, 2000, 700),
-            "item_id": rng.integers(0, 2000, 700),
-            "category": rng.integers(0, 64, 700),
-            "price": rng.uniform(1, 50, 700).astype(np.float32),
-            "age": rng.uniform(18, 70, 700).astype(np.float32),
-        }
-    )
+    table = sample_rows(seed=3, ids=ids)
     keyed = with_keys(table, "request_id")
     assert keyed.column(KEY_COLUMN).to_numpy().tolist() == row_keys(ids).tolist()
     assert with_keys(keyed, "request_id") is keyed  # hashed once

@@ -210,7 +210,7 @@ class Trainer(Checkpointing, Planning):
             try:
                 self.loop()
             finally:
-                if self.planned is not None:  # a step failed: its plan ends before the inputs close
+                if self.planned is not None:  # stopped between a step and its plan's join: the plan ends first
                     self.planned.exception()
                     self.planned = None
                 if self.prefetch is not None:
