@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 import weakref
 
 import numpy as np
@@ -262,3 +263,23 @@ def test_the_graph_backward_keeps_is_gone_when_the_step_returns(tiny, mode):
     assert stepper._beside is not None
     stepper._beside.submit(lambda: None).result()  # the helper has let go of its last step's work
     assert len(outputs) > 10 and [ref() for ref in outputs] == [None] * len(outputs)
+
+
+def test_a_step_failing_after_it_handed_over_waits_for_its_helpers_work(tiny):
+    """The loop never joins the ``then`` of a step that raised, and unwinds at once (closing the inputs
+    that work reads): the step lets the helper finish it first, and raises its own error."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode="mtrm")
+    finished: list[int] = []
+
+    def then(probs):
+        time.sleep(0.3)  # still reading when the update fails, unless the step waits
+        finished.append(len(probs))
+
+    def fail():
+        raise RuntimeError("the update failed")
+
+    stepper.optimizer.step = fail
+    with pytest.raises(RuntimeError, match="the update failed"):
+        stepper.step("stream", _batch(job), then=then)
+    assert finished == [64]

@@ -12,7 +12,7 @@ reaches the memory tower or the shared tables).
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 import numpy as np
@@ -171,33 +171,39 @@ class LocalStepper:
             kind, real.keys if real is not None else None, real.labels if real is not None else None, group, defer=True
         )
         result = None
-        if real is None:
-            if scores is not None:  # no backward to run beside
-                scores()
-        else:
-            out = self._forward(kind, real)
-            loss_sum = out.loss.sum()
-            scaled = loss_sum / global_rows
-            handed: list[Future | None] = []
+        handed: list[Future | None] = []
+        try:
+            if real is None:
+                if scores is not None:  # no backward to run beside
+                    scores()
+            else:
+                out = self._forward(kind, real)
+                loss_sum = out.loss.sum()
+                scaled = loss_sum / global_rows
 
-            def hand_over(*_) -> None:  # backward's first node: the GIL stays free from here on
-                handed.extend(self._beside_backward(kind, out, real, scores, then))
-                if self.before_backward is not None:
-                    self.before_backward()
+                def hand_over(*_) -> None:  # backward's first node: the GIL stays free from here on
+                    handed.extend(self._beside_backward(kind, out, real, scores, then))
+                    if self.before_backward is not None:
+                        self.before_backward()
 
-            hook = scaled.grad_fn.register_prehook(hand_over)
-            # the graph lives to the end of the step: backward freeing each saved tensor would take the GIL
-            # (torch drops its Python object), waiting on the helper threads every time
-            scaled.backward(retain_graph=True)  # fused tables: row-wise Adagrad runs inside backward
-            hook.remove()
-            beside, follow = handed
-            probs = beside.result() if beside is not None else self._after_forward(kind, out, real, scores)
-            result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs, follow)
-        if group.active:
-            group.reduce_grads([p for t in towers for p in self.tower_params[t]], self.tables)
-        self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them
-        if self.sparse is not None:
-            self.sparse.step()
+                hook = scaled.grad_fn.register_prehook(hand_over)
+                # the graph lives to the end of the step: backward freeing each saved tensor would take the
+                # GIL (torch drops its Python object), waiting on the helper threads every time
+                scaled.backward(retain_graph=True)  # fused tables: row-wise Adagrad runs inside backward
+                hook.remove()
+                beside, follow = handed
+                probs = beside.result() if beside is not None else self._after_forward(kind, out, real, scores)
+                result = StepResult(out.towers, float(loss_sum.detach()) / real.size, probs, follow)
+            if group.active:
+                group.reduce_grads([p for t in towers for p in self.tower_params[t]], self.tables)
+            self.optimizer.step()  # the towers ``kind`` does not train have no gradients: Adam skips them
+            if self.sparse is not None:
+                self.sparse.step()
+        except BaseException:
+            # the caller never sees this step's ``then``: let the helper finish it (its own error stays in its
+            # future) before the caller, unwinding, closes what it reads
+            wait([f for f in handed if f is not None])
+            raise
         return result
 
     @torch.no_grad()
