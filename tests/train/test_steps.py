@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import time
 import weakref
 
@@ -242,27 +243,37 @@ def test_mtrms_bookkeeping_beside_backward_gives_exactly_what_it_gives_inline(ti
 
 
 @pytest.mark.parametrize("mode", ["mtrm", "single_tower"])
-def test_the_graph_backward_keeps_is_gone_when_the_step_returns(tiny, mode):
+def test_the_graph_backward_keeps_is_freed_by_the_next_steps_helper(tiny, mode):
     """Backward keeps the graph (freeing a saved tensor inside it takes the GIL, which the step's helper
-    threads hold): the step must still let it go. Every layer's output (each saved by the next layer
-    for backward) is freed once the step and its helper's work are done, with ``then`` and without."""
+    threads hold), and a step with a helper leaves it to the next step's helper to free, beside that
+    step's backward: every layer's output (each saved by the next layer for backward) is freed, on the
+    helper unless its step had none (a single tower's step without ``then``: freed as it returns)."""
     _, job = tiny
     stepper = LocalStepper(job, mode=mode)
-    outputs: list[weakref.ref] = []
+    freed: list[tuple[int, list[str]]] = []
+    step = 0
 
     def keep(module, inputs, output):
         if isinstance(output, torch.Tensor) and output.grad_fn is not None:
-            outputs.append(weakref.ref(output))
+            thread: list[str] = []
+            weakref.finalize(output, lambda: thread.append(threading.current_thread().name))
+            freed.append((step, thread))
 
     hooks = [module.register_forward_hook(keep) for module in stepper.model.modules()]
-    for i, kind in enumerate(["stream", "batch", "stream"]):
-        result = stepper.step(kind, _batch(job, seed=60 + i), then=(lambda probs: len(probs)) if i else None)
-        assert result is not None and (result.then is None) == (i == 0)
+    kept: list[list[str]] = []  # the outputs alive as their step returned: the graph's
+    for step, kind in enumerate(["stream", "batch", "stream"]):
+        result = stepper.step(kind, _batch(job, seed=60 + step), then=(lambda probs: len(probs)) if step else None)
+        assert result is not None and (result.then is None) == (step == 0)
+        if mode == "mtrm" or step:  # the step had a helper: its graph outlives it
+            kept += [thread for s, thread in freed if s == step and not thread]
     for hook in hooks:
         hook.remove()
+    assert len(kept) > 5
+    stepper.step("batch", _batch(job, seed=70), then=len)
     assert stepper._beside is not None
-    stepper._beside.submit(lambda: None).result()  # the helper has let go of its last step's work
-    assert len(outputs) > 10 and [ref() for ref in outputs] == [None] * len(outputs)
+    stepper._beside.submit(lambda: None).result()  # the helper is done with the step's work
+    assert [thread for _, thread in freed if not thread] == []
+    assert kept == [["primus-step_0"]] * len(kept)
 
 
 def test_a_step_failing_after_it_handed_over_waits_for_its_helpers_work(tiny):

@@ -3,9 +3,11 @@ checkpoints, progress.json."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import threading
+import weakref
 from datetime import timedelta
 
 import pyarrow.compute as pc
@@ -284,6 +286,32 @@ def test_the_loops_work_beside_the_step_trains_as_it_does_inline(tmp_path, monke
             window.pop("at")
     assert progress[0]["consumed"] == progress[1]["consumed"] and len(progress[0]["consumed"]) == 6
     assert same_state(beside.stepper.state_dict(), inline.stepper.state_dict())
+
+
+def test_the_minibatches_planned_beside_the_step_are_freed_there(tmp_path, monkeypatch):
+    """A minibatch the helper took is freed by the helper, beside a later step's backward, not by the
+    training thread between steps (~60 us a minibatch on bench/train.py's single tower)."""
+    from primus_lib.train.runtime.planning import Planning
+
+    job, _ = _offline_job(tmp_path, monkeypatch, "freed")
+    taken_on: dict[int, str] = {}
+    freed_on: dict[int, str] = {}
+    take = Planning._take
+
+    def traced(self, decision):
+        taken = take(self, decision)
+        key = len(taken_on)
+        taken_on[key] = threading.current_thread().name
+        weakref.finalize(taken.batch, lambda: freed_on.__setitem__(key, threading.current_thread().name))
+        return taken
+
+    monkeypatch.setattr(Planning, "_take", traced)
+    _run(job, tmp_path / "ids.log", True, monkeypatch)
+    gc.collect()  # the trainer: its stepper holds the last for a next step
+    helpers = [key for key, name in taken_on.items() if name == "primus-step_0"]
+    assert len(helpers) >= 4 and len(freed_on) == len(taken_on)
+    # each at the next step; the last step's goes as the loop ends
+    assert [freed_on[key] for key in helpers[:-1]] == ["primus-step_0"] * (len(helpers) - 1)
 
 
 def test_a_run_stopped_at_max_steps_resumes_with_every_row_once(tmp_path, monkeypatch):

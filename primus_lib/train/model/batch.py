@@ -50,7 +50,7 @@ class Prepared:
 
 def to_batch(table: pa.Table | pa.RecordBatch, features: FeaturesSpec, id_column: str | None = None) -> Batch:
     """Build a :class:`Batch`; missing columns are an error that names them."""
-    names = table.column_names
+    names = table.schema.names  # column_names builds a Field per column: ~10 us a call
     wanted = _wanted(features)
     if not wanted.issubset(names):
         missing = [

@@ -60,7 +60,7 @@ def with_keys(table: pa.Table, id_column: str | None, rehash: bool = False) -> p
     """``table`` with the keys of its ids (``id_column``) in ``KEY_COLUMN``; without that column when it
     has no ids or none are asked for. ``rehash``: recompute keys it already has (rows a checkpoint kept,
     perhaps under another spec), so that every table of a buffer has the same columns."""
-    names = table.column_names
+    names = table.schema.names
     if KEY_COLUMN in names and (rehash or id_column is None or id_column not in names):
         table, names = table.drop_columns([KEY_COLUMN]), [n for n in names if n != KEY_COLUMN]
     if id_column is None or id_column not in names or KEY_COLUMN in names or not table.num_rows:

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -254,15 +254,19 @@ class Trainer(Checkpointing, Planning):
         im = self.input_metrics
         began = fed = time.perf_counter()
         stepped = full = False
+        last: Plan | None = None
         while True:
             if im is not None:  # the previous iteration, then this one's start (live: only read without a step)
                 im.end(began, fed, stepped, full, live=not stepped and self.inputs.stream_live())
                 began = im.begin()
             plan: Plan | None = None
             if self.planned is not None:  # planned beside the last step: waiting for it is input wait
+                if last is not None:  # its minibatch: freed on the next step's helper, not between steps
+                    cast(LocalStepper, self.stepper).release(last)
                 planned, self.planned = self.planned, None
                 plan = planned.result()
                 plan.fed = time.perf_counter()
+            last = None
             if im is not None:
                 full = im.queues_full()
             if self.in_flight is not None:
@@ -276,6 +280,7 @@ class Trainer(Checkpointing, Planning):
                 break
             if decision.buffer is not None:
                 self.decision, self.taken = decision, plan.taken
+                last = plan
                 stepped = self.train_one()
                 self.idle_since = time.monotonic()
                 if self.step_delay:
