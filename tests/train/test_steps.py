@@ -294,3 +294,22 @@ def test_a_step_failing_after_it_handed_over_waits_for_its_helpers_work(tiny):
     with pytest.raises(RuntimeError, match="the update failed"):
         stepper.step("stream", _batch(job), then=then)
     assert finished == [64]
+
+
+@pytest.mark.parametrize("mode", ["mtrm", "single_tower"])
+def test_the_lengths_and_offsets_minibatches_share_stay_as_made(tiny, mode):
+    """Minibatches of a size share one lengths and one offsets tensor (``batch._single_valued``): steps,
+    predictions and a checkpoint's state read them and never write them."""
+    _, job = tiny
+    stepper = LocalStepper(job, mode=mode)
+    batches = [_batch(job, seed=80 + i) for i in range(4)]
+    shared = batches[0].sparse
+    assert all(b.sparse.lengths() is shared.lengths() and b.sparse.offsets() is shared.offsets() for b in batches)
+    for i, batch in enumerate(batches):
+        stepper.step("stream" if i % 2 else "batch", batch, then=len)
+        stepper.predict(batch)
+    stepper.state_dict()
+    n = shared.lengths().numel()
+    assert n == 64 * len(job.spec.features.sparse)
+    assert torch.equal(shared.lengths(), torch.ones(n, dtype=torch.int64))
+    assert torch.equal(shared.offsets(), torch.arange(n + 1, dtype=torch.int64))
