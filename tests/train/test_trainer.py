@@ -310,7 +310,7 @@ def test_the_minibatches_planned_beside_the_step_are_freed_there(tmp_path, monke
     gc.collect()  # the trainer: its stepper holds the last for a next step
     helpers = [key for key, name in taken_on.items() if name == "primus-step_0"]
     assert len(helpers) >= 4 and len(freed_on) == len(taken_on)
-    # each at the next step; the last step's goes as the loop ends
+    # each at the next step; the last step's goes with the trainer
     assert [freed_on[key] for key in helpers[:-1]] == ["primus-step_0"] * (len(helpers) - 1)
 
 
