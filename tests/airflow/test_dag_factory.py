@@ -143,6 +143,7 @@ def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
     assert set(dag.get_task("scale").upstream_task_ids) == {"train"}
     train = dag.get_task("train")
     assert [a.uri for a in train.outlets] == ["primus://alpha/model"] and train.mode == "{{ params.mode }}"
+    assert train.retries == 2  # idempotent, like join and sink: a lost try does not fail the window
     assert dag.params["mode"] == "service" and "window_start" in dag.params
     assert "primus" in dag.tags and "window:1h" in dag.tags
     assert "```mermaid" in dag.doc_md and "left join on request_id" in dag.doc_md

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.fixtures.airflow import make_job
 
@@ -71,3 +72,16 @@ def test_a_task_mapped_before_units_still_runs(tmp_path: Path, monkeypatch):
     ).execute(CONTEXT)
     [output] = PrimusDataTaskOperator(task_id="t", spec_path=spec, data_tasks=raw).execute(CONTEXT)
     assert output["task_id"] == raw["id"] and output["rows"] > 0
+
+
+def test_the_trainers_own_errors_fail_the_train_task_without_its_retries():
+    """``train`` retries a try lost on the way (its worker, the metadata database restarting); a job
+    that failed or timed out fails it at once with the job's error, as before it had retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from primus_operators.operators import PrimusTrainerOperator
+
+    train = PrimusTrainerOperator(task_id="train", spec_path="job.yaml", job_name="alpha", retries=2)
+    for event in ({"status": "error", "message": "job alpha failed: trainer exited 3"}, {"status": "timeout"}):
+        with pytest.raises(AirflowFailException) as failed:
+            train.execute_complete(CONTEXT, event)
+        assert str(failed.value) == event.get("message", f"trainer trigger failed: {event!r}")

@@ -127,6 +127,11 @@ def test_a_restarted_metadata_database_loses_and_repeats_no_window(tmp_path, pg)
     with load.connect(airflow_url) as conn, conn.cursor() as cur:
         cur.execute("SELECT task_id, map_index, try_number FROM task_instance WHERE try_number > 1")
         retried = sorted(f"{task}[{index}] try {tries}" for task, index, tries in cur.fetchall())
+        cur.execute(
+            "SELECT run_id, task_id, map_index, state, try_number FROM task_instance"
+            " WHERE state IS NULL OR state NOT IN ('success', 'skipped') ORDER BY run_id, task_id"
+        )
+        unfinished = [f"{run} {task}[{index}] {state} try {tries}" for run, task, index, state, tries in cur.fetchall()]
     sizes = load.db_sizes(airflow_url, ledger_url)
     with load.connect(ledger_url) as conn, conn.cursor() as cur:
         cur.execute('SELECT "window", rows FROM training_queue ORDER BY seq')
@@ -145,7 +150,12 @@ def test_a_restarted_metadata_database_loses_and_repeats_no_window(tmp_path, pg)
         f"samples produced {sum(produced.values())}, queued {sum(rows_queued.values())}"
     )
     assert len(runs) == WINDOWS and len({r["logical_date"] for r in runs}) == WINDOWS  # no run duplicated
-    assert [r["state"] for r in runs] == ["success"] * WINDOWS, [(r["logical_date"], r["state"]) for r in runs]
+    states = [(r["logical_date"], r["state"]) for r in runs]
+    assert [r["state"] for r in runs] == ["success"] * WINDOWS, (
+        states,
+        unfinished,
+        f"logs under {tmp_path / 'airflow'}",
+    )
     assert [w for _, w in queued] == expected  # each window queued once, in time order
     assert [s for s, _ in queued] == sorted({s for s, _ in queued})
     assert rows_queued == produced  # every produced sample's row queued (row counts)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowFailException
 
 from primus_lib.credentials import mount, private_directory, using
 from primus_lib.naming import API_CONNECTION, MODEL_ASSET, asset_uri
@@ -54,6 +54,10 @@ class PrimusTrainerOperator(BaseOperator):
     long-running trainer + deferral), ``inline`` (run ``primus train SPEC --until-window W``
     in a subprocess and wait for it: demos and tests), ``skip`` (data only).
     Returns the window's metrics (XCom) and puts them on the ``primus://<job>/model`` Asset event.
+
+    The job's own errors (its trainer failed, exited or timed out) fail the task without Airflow's
+    retries, which are for a try lost on the way (its worker, the metadata database): the error
+    comes at once, as the job ends with it.
     """
 
     template_fields = ("spec_path", "mode")
@@ -85,7 +89,7 @@ class PrimusTrainerOperator(BaseOperator):
         job = load_spec(self.spec_path)
         mode = self.mode or job.spec.airflow.trainer_mode
         if mode not in MODES:
-            raise AirflowException(f"mode: expected one of {MODES}, found {mode!r}")
+            raise AirflowFailException(f"mode: expected one of {MODES}, found {mode!r}")
         if mode == "skip":
             self.log.info("mode=skip: not training this window")
             return None
@@ -109,7 +113,7 @@ class PrimusTrainerOperator(BaseOperator):
         if metrics is not None:
             return self._record(context, start, metrics)
         if mode == "inline":
-            raise AirflowException(f"trainer exited without consuming {keys} ({progress_path})")
+            raise AirflowFailException(f"trainer exited without consuming {keys} ({progress_path})")
         self.log.info("trainer running; deferring until it consumed %s", keys)
         self.defer(
             trigger=TrainerProgressTrigger(
@@ -126,8 +130,8 @@ class PrimusTrainerOperator(BaseOperator):
         return None  # unreachable: defer raises
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(event.get("message", f"trainer trigger failed: {event!r}"))
+        if event.get("status") != "success":  # the job failed or timed out: a retry would wait for it again
+            raise AirflowFailException(event.get("message", f"trainer trigger failed: {event!r}"))
         return self._record(context, window_of(context), event["windows"])
 
     def _train_inline(self, start: datetime, secrets: dict[str, str]) -> None:
@@ -149,7 +153,7 @@ class PrimusTrainerOperator(BaseOperator):
         for line in (done.stdout + done.stderr).splitlines()[-40:]:
             self.log.info("trainer| %s", line)
         if done.returncode != 0:
-            raise AirflowException(f"`{' '.join(command)}` exited with {done.returncode}")
+            raise AirflowFailException(f"`{' '.join(command)}` exited with {done.returncode}")
 
     def _record(self, context: Any, start: datetime, windows: dict[str, dict]) -> dict[str, Any]:
         from primus_lib.paths import window_id
