@@ -5,10 +5,11 @@ the buffer (a checkpoint's pending rows) until served."""
 from __future__ import annotations
 
 import pyarrow as pa
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from primus_lib.train.runtime.priority import Buffer, PriorityReader
+from primus_lib.train.runtime.priority import Buffer, Piece, PriorityReader
 
 
 def _rows(start: int, n: int) -> pa.Table:
@@ -21,9 +22,9 @@ def test_every_row_once_in_order_and_prepared_rows_match(pushes, prepare_every):
     reader = PriorityReader([buffer], batch_size=100)
     prepared_from: dict[int, list[int]] = {}
 
-    def prepare(kind: str, rows: pa.Table) -> int:
-        assert kind == "batch" and rows.num_rows == 100
-        prepared_from[len(prepared_from)] = rows.column("ts").to_pylist()
+    def prepare(kind: str, piece: Piece) -> int:
+        assert kind == "batch" and piece.table.num_rows == 100
+        prepared_from[len(prepared_from)] = piece.table.column("ts").to_pylist()
         return len(prepared_from) - 1
 
     step = reader.prepare_next(prepare)
@@ -36,9 +37,11 @@ def test_every_row_once_in_order_and_prepared_rows_match(pushes, prepare_every):
             while step():
                 pass
         while buffer.rows >= 100:
-            rows, token = reader.take("history", 100)
+            rows, piece = reader.take("history", 100)
             served += 1
-            if token is not None:  # what was prepared is exactly the rows served
+            assert piece is not None and piece.cut is not None  # on the grid: cut from its pushed table
+            assert piece.cut.view("ts").tolist() == rows.column("ts").to_pylist()  # the same rows, read there
+            if (token := piece.prepared) is not None:  # what was prepared is exactly the rows served
                 assert prepared_from[token] == rows.column("ts").to_pylist()
             taken += rows.column("ts").to_pylist()
         pending = buffer.pending()
@@ -46,8 +49,9 @@ def test_every_row_once_in_order_and_prepared_rows_match(pushes, prepare_every):
         assert taken + left == list(range(pushed))  # nothing lost, nothing twice, in order
     buffer.exhausted = True
     if buffer.rows:
-        rows, token = reader.take("history", buffer.rows)  # the remainder: never prepared
-        assert token is None and rows.column("ts").to_pylist() == list(range(len(taken), pushed))
+        rows, piece = reader.take("history", buffer.rows)  # the remainder: never prepared
+        assert piece is None or piece.prepared is None
+        assert rows.column("ts").to_pylist() == list(range(len(taken), pushed))
     assert reader.served == {"history": pushed}
     assert not step()  # served pieces are not prepared afterwards
 
@@ -58,13 +62,48 @@ def test_prepared_minibatches_follow_the_grid_across_pushes():
     buffer.push(_rows(0, 130))
     buffer.push(_rows(130, 170))  # completes the 30-row tail: 300 rows, three full pieces
     seen: list[tuple[int, int]] = []
-    step = reader.prepare_next(lambda kind, rows: seen.append((rows["ts"][0].as_py(), rows.num_rows)) or rows)
+    step = reader.prepare_next(
+        lambda kind, piece: seen.append((piece.table["ts"][0].as_py(), piece.cut.num_rows)) or piece
+    )
     while step():
         pass
     assert seen == [(0, 100), (100, 100), (200, 100)]
-    rows, prepared = reader.take("realtime", 100)
-    assert prepared is rows and buffer.rows == 200
+    rows, piece = reader.take("realtime", 100)
+    assert piece is not None and piece.prepared is piece and piece.table is rows and buffer.rows == 200
     # a take off the grid (a data-parallel rank's share) is served from the rows, not prepared
-    rows, prepared = reader.take("realtime", 60)
-    assert prepared is None and rows.column("ts").to_pylist() == list(range(100, 160))
+    rows, piece = reader.take("realtime", 60)
+    assert piece is None and rows.column("ts").to_pylist() == list(range(100, 160))
     assert buffer.pending().column("ts").to_pylist() == list(range(160, 300))
+
+
+def test_a_minibatch_read_from_its_pushed_table_equals_one_built_from_its_rows(tiny):
+    """On the grid a minibatch reads its columns from the table its buffer was pushed (each column
+    converted once, ``batch.Block``): the same tensors, ids and keys as from its own rows, across a
+    push that completed a tail (two chunks) and with nulls (filled with 0)."""
+    from primus_lib.train.model.batch import to_batch
+    from primus_lib.train.model.row_keys import with_keys
+    from tests.train.conftest import sample_rows
+
+    _, job = tiny
+    rows = with_keys(sample_rows(250, seed=3), "request_id")
+    user = rows.column("user_id").to_pylist()
+    user[5] = user[130] = None
+    rows = rows.set_column(rows.schema.get_field_index("user_id"), "user_id", pa.array(user, pa.int64()))
+    buffer = Buffer("history", "batch", 1.0, "ts", align=64)
+    reader = PriorityReader([buffer], batch_size=64)
+    buffer.push(rows.slice(0, 100))
+    buffer.push(rows.slice(100))  # completes the 36-row tail: its table has two chunks
+    served = 0
+    while buffer.rows:
+        got, piece = reader.take("history", min(64, buffer.rows))
+        assert piece is not None and piece.cut is not None
+        cut, whole = (
+            to_batch(piece.cut, job.spec.features, "request_id"),
+            to_batch(got, job.spec.features, "request_id"),
+        )
+        assert whole.ids == rows.column("request_id").to_pylist()[served : served + got.num_rows]
+        assert cut.ids == whole.ids and (cut.keys == whole.keys).all() and (cut.ts == whole.ts).all()
+        assert torch.equal(cut.sparse.values(), whole.sparse.values()) and torch.equal(cut.dense, whole.dense)
+        assert torch.equal(cut.labels, whole.labels) and cut.sparse.keys() == whole.sparse.keys()
+        served += got.num_rows
+    assert served == 250

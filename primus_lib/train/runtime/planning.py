@@ -21,10 +21,11 @@ from primus_lib.train.runtime.coordinator import Coordinator, Decision, Wants
 
 if TYPE_CHECKING:
     from primus_lib.train.runtime.feeds import BatchFeed
+    from primus_lib.train.runtime.input_metrics import InputMetrics
     from primus_lib.train.runtime.inputs import Inputs
     from primus_lib.train.runtime.options import TrainerOptions
     from primus_lib.train.runtime.prefetch import Prefetcher
-    from primus_lib.train.runtime.priority import PriorityReader
+    from primus_lib.train.runtime.priority import Piece, PriorityReader
     from primus_lib.train.runtime.sample_log import SampleLogWriter
     from primus_lib.train.runtime.windows import WindowAccounting
 
@@ -50,6 +51,7 @@ class Plan:
     decision: Decision
     checkpoint: bool
     stop: bool  # --max-steps or --until-window reached
+    full: bool  # the read-ahead queues full once the input was in (``InputMetrics``; False without them)
     taken: Taken | None = None
 
 
@@ -63,6 +65,7 @@ class Planning:
     windows: WindowAccounting
     sample_log: SampleLogWriter
     prefetch: Prefetcher | None
+    input_metrics: InputMetrics | None
     features: FeaturesSpec
     ids_column: str | None
     batch_feeds: dict[str, BatchFeed]
@@ -121,12 +124,13 @@ class Planning:
         """The decision's minibatch out of its buffer, as the prefetch thread prepared it or built now."""
         assert decision.buffer is not None
         buffer = self.reader.buffers[decision.buffer]
-        rows, prepared = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
+        rows, piece = self.reader.take(buffer.name, decision.take) if decision.take else (None, None)
         if self.prefetch is not None and buffer.rows + self.inputs.staging[buffer.name].rows < self.inputs.high:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
-        if prepared is not None:
+        if piece is not None and (prepared := piece.prepared) is not None:
             return Taken(buffer.name, buffer.kind, rows, prepared.batch, prepared.parts)
-        batch = to_batch(rows, self.features, self.ids_column) if rows is not None else None
+        source = piece.cut if piece is not None and piece.cut is not None else rows
+        batch = to_batch(source, self.features, self.ids_column) if source is not None else None
         return Taken(buffer.name, buffer.kind, rows, batch, None)
 
     def _account(self, step: int, taken: Taken, probs) -> None:
@@ -161,12 +165,13 @@ class Planning:
         every = options.checkpoint_steps
         checkpoint = decision.checkpoint or bool(every and steps - self.last_checkpoint_step >= every)
         stop = (options.max_steps is not None and steps >= options.max_steps) or decision.until
-        return Plan(arrived, fed, decision, checkpoint, stop)
+        full = self.input_metrics is not None and self.inputs.queues_full()  # beside the step, when planned there
+        return Plan(arrived, fed, decision, checkpoint, stop, full)
 
-    def prepare(self, kind: str, rows) -> Prepared:
+    def prepare(self, kind: str, piece: Piece) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        batch = to_batch(rows, self.features, self.ids_column)
-        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, rows, batch.ts))
+        batch = to_batch(piece.cut or piece.table, self.features, self.ids_column)
+        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, piece.table, batch.ts))
 
     def until_reached(self) -> bool:
         until = self.options.until_window

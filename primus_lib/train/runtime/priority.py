@@ -33,6 +33,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from primus_lib.train.model.batch import Block, Cut
+
 if TYPE_CHECKING:
     from primus_lib.train.model.batch import Prepared
 
@@ -100,12 +102,14 @@ class ReaderMetrics(Collector):
 
 class Piece:
     """Rows of a buffer. A full minibatch's piece may carry what the prefetch thread prepared
-    from its rows (``prepared``), so that the training thread only runs the step."""
+    from its rows (``prepared``), so that the training thread only runs the step; a piece cut
+    from a pushed table on the minibatch grid reads its columns from that table's (``cut``)."""
 
-    __slots__ = ("table", "prepared", "wanted")
+    __slots__ = ("table", "cut", "prepared", "wanted")
 
-    def __init__(self, table: pa.Table):
+    def __init__(self, table: pa.Table, cut: Cut | None = None):
         self.table = table
+        self.cut = cut
         self.prepared: Prepared | None = None
         self.wanted = True  # still in its buffer: worth preparing
 
@@ -144,20 +148,21 @@ class Buffer:
         if self.chunks and self.chunks[-1].table.num_rows < size:  # complete the partial tail
             tail = self.chunks.pop()
             table = pa.concat_tables([tail.table, table])
+        block = Block(table)  # its minibatches convert each column once (``batch.Block``)
         for start in range(0, table.num_rows, size):
-            piece = Piece(table.slice(start, size))
+            piece = Piece(table.slice(start, size), Cut(block, start, min(size, table.num_rows - start)))
             self.chunks.append(piece)
             if piece.table.num_rows == size:
                 self.unbuilt.append(piece)
 
-    def take(self, n: int) -> tuple[pa.Table, Prepared | None]:
-        """Pop ``n`` rows from the head, with what was prepared from exactly them (or None)."""
+    def take(self, n: int) -> tuple[pa.Table, Piece | None]:
+        """Pop ``n`` rows from the head, with their piece when they are exactly one (else None)."""
         head = self.chunks[0] if self.chunks else None
         if head is not None and head.table.num_rows == n:
             self.chunks.popleft()
             head.wanted = False
             self.rows -= n
-            return head.table, head.prepared
+            return head.table, head
         return self.pop(n), None
 
     def pop(self, n: int) -> pa.Table:
@@ -241,22 +246,24 @@ class PriorityReader:
         """Pop ``n`` rows of buffer ``name`` (the data-parallel trainer decides which buffer)."""
         return self.take(name, n)[0]
 
-    def take(self, name: str, n: int) -> tuple[pa.Table, Prepared | None]:
-        """``serve``, with what the prefetch thread prepared from exactly these rows (or None)."""
+    def take(self, name: str, n: int) -> tuple[pa.Table, Piece | None]:
+        """``serve``, with the rows' piece when they are exactly one (what the prefetch thread prepared)."""
         buffer = self.buffers[name]
-        rows, prepared = buffer.take(n)
+        rows, piece = buffer.take(n)
         self.share.served(name, rows.num_rows, self.chosen or {name: 1.0})
         self.served[buffer.name] += rows.num_rows
         if rows.num_rows:
-            newest = getattr(prepared, "newest_ms", None)
+            newest = getattr(piece.prepared, "newest_ms", None) if piece is not None else None
             if newest is None:
-                newest = rows.column(buffer.ts_column).to_numpy().max()
+                cut = piece.cut if piece is not None else None
+                ts = cut.view(buffer.ts_column) if cut is not None else rows.column(buffer.ts_column).to_numpy()
+                newest = ts.max()
             self.newest_ms[buffer.name] = float(newest)
-        return rows, prepared
+        return rows, piece
 
-    def prepare_next(self, prepare: Callable[[str, pa.Table], Prepared]) -> Callable[[], bool]:
+    def prepare_next(self, prepare: Callable[[str, Piece], Prepared]) -> Callable[[], bool]:
         """For the prefetch thread: prepare the oldest unprepared minibatch of each buffer with
-        ``prepare(kind, rows)``; False when there was none. A failure leaves the minibatch to the
+        ``prepare(kind, piece)``; False when there was none. A failure leaves the minibatch to the
         training thread, which raises it."""
 
         def step() -> bool:
@@ -266,7 +273,7 @@ class PriorityReader:
                 if piece is not None:
                     found = True
                     with contextlib.suppress(Exception):
-                        piece.prepared = prepare(buffer.kind, piece.table)
+                        piece.prepared = prepare(buffer.kind, piece)
             return found
 
         return step
