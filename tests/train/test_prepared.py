@@ -78,10 +78,12 @@ def test_prepared_minibatches_follow_the_grid_across_pushes():
 
 def test_a_minibatch_read_from_its_pushed_table_equals_one_built_from_its_rows(tiny):
     """On the grid a minibatch reads its columns from the table its buffer was pushed (each column
-    converted once, ``batch.Block``): the same tensors, ids and keys as from its own rows, across a
+    converted once, ``batch.Block``): the same tensors, ids, keys and windows as from its own rows, across a
     push that completed a tail (two chunks) and with nulls (filled with 0)."""
     from primus_lib.train.model.batch import to_batch
     from primus_lib.train.model.row_keys import with_keys
+    from primus_lib.train.runtime.feeds import SEQ_COLUMN
+    from primus_lib.train.runtime.windows import WindowAccounting
     from tests.train.conftest import sample_rows
 
     _, job = tiny
@@ -89,6 +91,8 @@ def test_a_minibatch_read_from_its_pushed_table_equals_one_built_from_its_rows(t
     user = rows.column("user_id").to_pylist()
     user[5] = user[130] = None
     rows = rows.set_column(rows.schema.get_field_index("user_id"), "user_id", pa.array(user, pa.int64()))
+    rows = rows.append_column(SEQ_COLUMN, pa.array([1] * 120 + [2] * 130, pa.int64()))  # two windows' rows
+    windows = WindowAccounting(3_600_000, stream_only=False)
     buffer = Buffer("history", "batch", 1.0, "ts", align=64)
     reader = PriorityReader([buffer], batch_size=64)
     buffer.push(rows.slice(0, 100))
@@ -105,5 +109,10 @@ def test_a_minibatch_read_from_its_pushed_table_equals_one_built_from_its_rows(t
         assert cut.ids == whole.ids and (cut.keys == whole.keys).all() and (cut.ts == whole.ts).all()
         assert torch.equal(cut.sparse.values(), whole.sparse.values()) and torch.equal(cut.dense, whole.dense)
         assert torch.equal(cut.labels, whole.labels) and cut.sparse.keys() == whole.sparse.keys()
+        by_cut, by_rows = windows.parts("batch", piece.cut, cut.ts), windows.parts("batch", got, whole.ts)
+        assert [(seq, None if mask is None else mask.tolist()) for seq, mask in by_cut] == [
+            (seq, None if mask is None else mask.tolist()) for seq, mask in by_rows
+        ]
+        assert len(by_rows) == (2 if served < 120 < served + got.num_rows else 1)
         served += got.num_rows
     assert served == 250

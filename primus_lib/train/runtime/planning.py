@@ -38,7 +38,7 @@ class Taken:
     kind: str
     rows: pa.Table | None
     batch: Batch | None
-    parts: list | None  # its rows by window, when the prefetch thread prepared it
+    parts: list | None  # its rows by window (``WindowAccounting.parts``)
 
 
 @dataclass
@@ -129,9 +129,12 @@ class Planning:
             self.prefetch.consumed()  # room below the read-ahead: the prefetch thread reads again
         if piece is not None and (prepared := piece.prepared) is not None:
             return Taken(buffer.name, buffer.kind, rows, prepared.batch, prepared.parts)
+        if rows is None:
+            return Taken(buffer.name, buffer.kind, None, None, None)
         source = piece.cut if piece is not None and piece.cut is not None else rows
-        batch = to_batch(source, self.features, self.ids_column) if source is not None else None
-        return Taken(buffer.name, buffer.kind, rows, batch, None)
+        batch = to_batch(source, self.features, self.ids_column)
+        parts = self.windows.parts(buffer.kind, source, batch.ts) if batch.size else None
+        return Taken(buffer.name, buffer.kind, rows, batch, parts)
 
     def _account(self, step: int, taken: Taken, probs) -> None:
         """A trained minibatch into its windows' statistics and completion, and the sample log."""
@@ -170,8 +173,9 @@ class Planning:
 
     def prepare(self, kind: str, piece: Piece) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        batch = to_batch(piece.cut or piece.table, self.features, self.ids_column)
-        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, piece.table, batch.ts))
+        source = piece.cut or piece.table
+        batch = to_batch(source, self.features, self.ids_column)
+        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, source, batch.ts))
 
     def until_reached(self) -> bool:
         until = self.options.until_window

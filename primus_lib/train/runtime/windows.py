@@ -14,6 +14,7 @@ import pyarrow as pa
 from primus_lib.paths import parse_window_id, window_id
 from primus_lib.progress import progress_key, window_summary
 from primus_lib.timegrid import epoch_ms, from_epoch_ms
+from primus_lib.train.model.batch import Cut
 from primus_lib.train.model.metrics import WindowStats
 from primus_lib.train.runtime.feeds import SEQ_COLUMN, BatchFeed
 
@@ -42,10 +43,13 @@ class WindowAccounting:
             if rows == 0:
                 self.window_done(window.seq)
 
-    def parts(self, kind: str, rows: pa.Table, ts: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    def parts(self, kind: str, rows: pa.Table | Cut, ts: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
         """A minibatch's rows by window: (queue seq or stream window number, mask or None for
         all rows). A function of the rows alone, so the prefetch thread computes it ahead."""
-        keys = rows.column(SEQ_COLUMN).to_numpy() if kind == "batch" else ts // self.window_ms
+        if kind != "batch":
+            keys = ts // self.window_ms
+        else:  # a cut's column is converted once for its table's minibatches
+            keys = rows.view(SEQ_COLUMN) if isinstance(rows, Cut) else rows.column(SEQ_COLUMN).to_numpy()
         first = int(keys[0])
         # a minibatch rarely spans two windows: one statistics update then, no masks
         if (keys == first).all():
