@@ -10,7 +10,7 @@ from primus_lib.train.runtime.input_metrics import InputMetrics
 
 
 def _metrics(tmp_path) -> InputMetrics:
-    metrics = InputMetrics("job", 0, CollectorRegistry(), tmp_path, every=3600)
+    metrics = InputMetrics("job", 0, CollectorRegistry(), tmp_path, queues_full=lambda: False, every=3600)
     metrics.writer.due = lambda: False  # keep the interval's sums (publishing resets them)
     return metrics
 
@@ -41,7 +41,7 @@ def test_snapshots_are_written_off_the_training_thread_and_the_last_one_now(tmp_
     """A checkpoint's or report's snapshot is put by a background thread (a put into the job's
     directory, on an object store a PUT, stalled the training loop); the run's last is written
     before ``publish`` returns, with every sample counted, and the thread is gone."""
-    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, every=3600)
+    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, queues_full=lambda: False, every=3600)
     m.add_samples(512)
     m.add_samples(100)
     m.publish()
@@ -59,7 +59,7 @@ def test_snapshots_are_written_off_the_training_thread_and_the_last_one_now(tmp_
 
 
 def test_closing_the_metrics_of_a_failed_run_stops_the_writer(tmp_path):
-    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, every=3600)
+    m = InputMetrics("job", 0, CollectorRegistry(), tmp_path, queues_full=lambda: False, every=3600)
     m.publish()
     thread = m.writer._thread
     m.close()

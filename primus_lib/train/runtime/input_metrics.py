@@ -9,6 +9,7 @@ logged and ignored."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
@@ -26,11 +27,13 @@ class InputMetrics:
         rank: int,
         registry: CollectorRegistry,
         metrics_dir: Where,
+        queues_full: Callable[[], bool],
         every: float | None = None,
     ) -> None:
         self.metrics = TrainerMetrics(job_name, str(rank), registry=registry)
         every = every if every is not None else SNAPSHOT_EVERY_SECONDS
         self.writer = SnapshotWriter(metrics_dir, snapshot_name("trainer", rank), registry, every)
+        self.queues_full = queues_full  # every live buffer holds its read-ahead (Inputs.queues_full)
         self.wait = self.total = self.full = 0.0
         self.samples = 0  # trained since the last publish (a counter's inc takes its lock: not per step)
         self.started = time.perf_counter()
@@ -42,8 +45,7 @@ class InputMetrics:
         return self.started
 
     def end(self, began: float, fed: float, trained: bool, full: bool, live: bool = False) -> None:
-        """End of a loop iteration that began at ``began`` and finished bringing data in at ``fed``
-        (``full``: every live buffer held its read-ahead then, ``Inputs.queues_full``).
+        """End of a loop iteration that began at ``began`` and finished bringing data in at ``fed``.
         Time before ``fed`` is input wait when a step followed; a whole iteration without a step is,
         unless the stream is ``live`` (every stream source at its live edge): then no executor has
         data to give, more executors would not help, and the iteration is not counted at all."""

@@ -166,6 +166,7 @@ class Trainer(Checkpointing, Planning):
                 self.rank,
                 self.registry,
                 self.paths.metrics_dir,
+                self.inputs.queues_full,
                 every=report_every(self.job),
             )
         except Exception as exc:  # metrics never stop training
@@ -266,11 +267,13 @@ class Trainer(Checkpointing, Planning):
                 plan = planned.result()
                 plan.fed = time.perf_counter()
             last = None
+            if im is not None:
+                full = im.queues_full()
             if self.in_flight is not None:
                 self.settle(block=False)
             if plan is None:
                 plan = self._plan(self.step)
-            fed, decision, full, stepped = plan.fed, plan.decision, plan.full, False
+            fed, decision, stepped = plan.fed, plan.decision, False
             if plan.checkpoint:
                 self.checkpoint(wait=False)
             if plan.stop:

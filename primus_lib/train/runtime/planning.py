@@ -21,7 +21,6 @@ from primus_lib.train.runtime.coordinator import Coordinator, Decision, Wants
 
 if TYPE_CHECKING:
     from primus_lib.train.runtime.feeds import BatchFeed
-    from primus_lib.train.runtime.input_metrics import InputMetrics
     from primus_lib.train.runtime.inputs import Inputs
     from primus_lib.train.runtime.options import TrainerOptions
     from primus_lib.train.runtime.prefetch import Prefetcher
@@ -51,7 +50,6 @@ class Plan:
     decision: Decision
     checkpoint: bool
     stop: bool  # --max-steps or --until-window reached
-    full: bool  # the read-ahead queues full once the input was in (``InputMetrics``; False without them)
     taken: Taken | None = None
 
 
@@ -65,7 +63,6 @@ class Planning:
     windows: WindowAccounting
     sample_log: SampleLogWriter
     prefetch: Prefetcher | None
-    input_metrics: InputMetrics | None
     features: FeaturesSpec
     ids_column: str | None
     batch_feeds: dict[str, BatchFeed]
@@ -168,8 +165,7 @@ class Planning:
         every = options.checkpoint_steps
         checkpoint = decision.checkpoint or bool(every and steps - self.last_checkpoint_step >= every)
         stop = (options.max_steps is not None and steps >= options.max_steps) or decision.until
-        full = self.input_metrics is not None and self.inputs.queues_full()  # beside the step, when planned there
-        return Plan(arrived, fed, decision, checkpoint, stop, full)
+        return Plan(arrived, fed, decision, checkpoint, stop)
 
     def prepare(self, kind: str, piece: Piece) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
