@@ -128,7 +128,7 @@ class Planning:
             return Taken(buffer.name, buffer.kind, rows, prepared.batch, prepared.parts)
         if rows is None:
             return Taken(buffer.name, buffer.kind, None, None, None)
-        source = piece.cut if piece is not None and piece.cut is not None else rows
+        source = piece.cut if piece is not None else rows
         batch = to_batch(source, self.features, self.ids_column)
         parts = self.windows.parts(buffer.kind, source, batch.ts) if batch.size else None
         return Taken(buffer.name, buffer.kind, rows, batch, parts)
@@ -169,9 +169,8 @@ class Planning:
 
     def prepare(self, kind: str, piece: Piece) -> Prepared:
         """A minibatch's tensors and windows (the prefetch thread, ``PriorityReader.prepare_next``)."""
-        source = piece.cut or piece.table
-        batch = to_batch(source, self.features, self.ids_column)
-        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, source, batch.ts))
+        batch = to_batch(piece.cut, self.features, self.ids_column)
+        return Prepared(batch, int(batch.ts.max()), self.windows.parts(kind, piece.cut, batch.ts))
 
     def until_reached(self) -> bool:
         until = self.options.until_window

@@ -101,13 +101,14 @@ class ReaderMetrics(Collector):
 
 
 class Piece:
-    """Rows of a buffer. A full minibatch's piece may carry what the prefetch thread prepared
-    from its rows (``prepared``), so that the training thread only runs the step; a piece cut
-    from a pushed table on the minibatch grid reads its columns from that table's (``cut``)."""
+    """Rows of a buffer: ``table``, and the same rows as a ``cut`` of the table they were pushed in,
+    whose columns are converted once for all its pieces (``batch.Block``). A full minibatch's piece
+    may carry what the prefetch thread prepared from its rows (``prepared``), so that the training
+    thread only runs the step."""
 
     __slots__ = ("table", "cut", "prepared", "wanted")
 
-    def __init__(self, table: pa.Table, cut: Cut | None = None):
+    def __init__(self, table: pa.Table, cut: Cut):
         self.table = table
         self.cut = cut
         self.prepared: Prepared | None = None
@@ -143,7 +144,7 @@ class Buffer:
         self.rows += table.num_rows
         size = self.align
         if not size:
-            self.chunks.append(Piece(table))
+            self.chunks.append(Piece(table, Cut(Block(table))))
             return
         if self.chunks and self.chunks[-1].table.num_rows < size:  # complete the partial tail
             tail = self.chunks.pop()
@@ -175,7 +176,8 @@ class Buffer:
                 need -= head.table.num_rows
             else:
                 parts.append(head.table.slice(0, need))
-                self.chunks[0] = Piece(head.table.slice(need))  # off the minibatch grid: not prepared
+                rest = Cut(head.cut.block, head.cut.start + need, head.cut.num_rows - need)
+                self.chunks[0] = Piece(head.table.slice(need), rest)  # off the minibatch grid: not prepared
                 need = 0
         taken = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         self.rows -= taken.num_rows
@@ -255,8 +257,7 @@ class PriorityReader:
         if rows.num_rows:
             newest = getattr(piece.prepared, "newest_ms", None) if piece is not None else None
             if newest is None:
-                cut = piece.cut if piece is not None else None
-                ts = cut.view(buffer.ts_column) if cut is not None else rows.column(buffer.ts_column).to_numpy()
+                ts = piece.cut.view(buffer.ts_column) if piece is not None else rows.column(buffer.ts_column).to_numpy()
                 newest = ts.max()
             self.newest_ms[buffer.name] = float(newest)
         return rows, piece
