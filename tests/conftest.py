@@ -14,6 +14,7 @@ from collections.abc import Generator
 import pytest
 from hypothesis import settings
 
+from tests import type_check
 from tests.fixtures._require import in_ci
 
 pytest_plugins: list[str] = [
@@ -57,6 +58,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, marker))
         if used or any(item.get_closest_marker(m) for m in SERVER_MARKERS):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """mypy runs beside the tests from here on (tests/type_check.py), when its test was collected."""
+    if not session.config.option.collectonly and any(item.nodeid.endswith(type_check.TEST) for item in session.items):
+        type_check.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    type_check.stop()
 
 
 def _ci_failure(report: pytest.TestReport | pytest.CollectReport) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import type_check
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SOURCES = ["primus_lib", "plugins", "dags", "tests", "bench", "devstack"]
@@ -26,7 +28,7 @@ def test_ruff_is_clean(argv: list[str]):
 
 
 def test_mypy_is_clean_on_the_packages():
-    done = run(str(BIN / "mypy"))
-    assert done.returncode == 0, f"mypy (exit {done.returncode}):\n{done.stdout}{done.stderr}"
-    checked = re.search(r"no issues found in (\d+) source files", done.stdout)
-    assert checked and int(checked.group(1)) > 150, f"mypy checked too little (pyproject's files?): {done.stdout}"
+    returncode, report = type_check.start().result()  # started at collection's end (tests/conftest.py)
+    assert returncode == 0, f"mypy (exit {returncode}):\n{report}"
+    checked = re.search(r"no issues found in (\d+) source files", report)
+    assert checked and int(checked.group(1)) > 150, f"mypy checked too little (pyproject's files?): {report}"
