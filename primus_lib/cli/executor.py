@@ -10,6 +10,7 @@ reads (or first makes) where its discovery says (``primus_lib.data.flight_auth``
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -103,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
                 f"executor {name}/{index} of {replicas} serving {service.location} partitions {service.keys}",
                 flush=True,
             )
+        # What the start-up made lives as long as the process (the imports, the spec, the consumers and
+        # the Flight server): frozen, the collector's passes stop walking it. Each block of Kafka messages
+        # is thousands of tracked objects, so passes come often: in bench/stream.py (1,000,000 rows over 1, 2
+        # or 4 executors) they took 0.27-0.41 s of each executor's 1.3-2.9 s of CPU, frozen 0.03-0.07 s.
+        gc.freeze()
         stop.wait()
     finally:
         for service in services:
