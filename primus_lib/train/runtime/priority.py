@@ -101,16 +101,16 @@ class ReaderMetrics(Collector):
 
 
 class Piece:
-    """Rows of a buffer: ``table``, and the same rows as a ``cut`` of the table they were pushed in,
-    whose columns are converted once for all its pieces (``batch.Block``). A full minibatch's piece
-    may carry what the prefetch thread prepared from its rows (``prepared``), so that the training
-    thread only runs the step."""
+    """Rows of a buffer: a ``cut`` of the table they were pushed in, whose columns are converted once
+    for all its pieces (``batch.Block``), and those rows as a ``table``. A full minibatch's piece may
+    carry what the prefetch thread prepared from its rows (``prepared``), so that the training thread
+    only runs the step."""
 
-    __slots__ = ("table", "cut", "prepared", "wanted")
+    __slots__ = ("cut", "table", "prepared", "wanted")
 
-    def __init__(self, table: pa.Table, cut: Cut):
-        self.table = table
+    def __init__(self, cut: Cut):
         self.cut = cut
+        self.table: pa.Table = cut.block.table.slice(cut.start, cut.num_rows)
         self.prepared: Prepared | None = None
         self.wanted = True  # still in its buffer: worth preparing
 
@@ -144,14 +144,14 @@ class Buffer:
         self.rows += table.num_rows
         size = self.align
         if not size:
-            self.chunks.append(Piece(table, Cut(Block(table))))
+            self.chunks.append(Piece(Cut(Block(table))))
             return
         if self.chunks and self.chunks[-1].table.num_rows < size:  # complete the partial tail
             tail = self.chunks.pop()
             table = pa.concat_tables([tail.table, table])
         block = Block(table)  # its minibatches convert each column once (``batch.Block``)
         for start in range(0, table.num_rows, size):
-            piece = Piece(table.slice(start, size), Cut(block, start, min(size, table.num_rows - start)))
+            piece = Piece(Cut(block, start, min(size, table.num_rows - start)))
             self.chunks.append(piece)
             if piece.table.num_rows == size:
                 self.unbuilt.append(piece)
@@ -177,7 +177,7 @@ class Buffer:
             else:
                 parts.append(head.table.slice(0, need))
                 rest = Cut(head.cut.block, head.cut.start + need, head.cut.num_rows - need)
-                self.chunks[0] = Piece(head.table.slice(need), rest)  # off the minibatch grid: not prepared
+                self.chunks[0] = Piece(rest)  # off the minibatch grid: not prepared
                 need = 0
         taken = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         self.rows -= taken.num_rows
