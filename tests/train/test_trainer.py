@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import threading
 import weakref
 from datetime import timedelta
@@ -30,6 +31,7 @@ class LiveReader(TableStreamReader):
         self.paths = paths
         self.commits: list[tuple[dict, int | None]] = []
         self.threads: list[str] = []  # the thread of each commit
+        self.nice: list[int] = []  # and its nice value
 
     def end_of_data(self) -> bool:
         return False
@@ -40,6 +42,7 @@ class LiveReader(TableStreamReader):
             (dict(position), None if ckpt is None else ckpt.position["stream"]["realtime"][0]["offsets"]["replay"])
         )
         self.threads.append(threading.current_thread().name)
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
 
 
 def _events(job, until_hour: int):
@@ -99,6 +102,8 @@ def test_offline_reads_no_stream_and_online_no_batch(tiny, tmp_path, monkeypatch
     # the loop's checkpoints commit from the writer thread (a broker round trip stalls no step); the
     # last one, written as the trainer stops, from the training thread
     assert set(reader.threads[:-1]) == {"primus-checkpoint_0"} and reader.threads[-1] == "MainThread"
+    # the writer yields the CPU to the training thread's helpers; the training thread keeps its own nice
+    assert set(reader.nice[:-1]) == {19} and reader.nice[-1] == os.getpriority(os.PRIO_PROCESS, 0) < 19
 
 
 @pytest.mark.parametrize("prefetch", [True, False])

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -93,7 +96,7 @@ class Checkpointing:
         snapshot.position = copy.deepcopy(position)
         state = _State(_copied(self.stepper.state_dict()))
         if self.writer is None:
-            self.writer = ThreadPoolExecutor(1, thread_name_prefix="primus-checkpoint")
+            self.writer = ThreadPoolExecutor(1, thread_name_prefix="primus-checkpoint", initializer=_yield_cpu)
         self.in_flight = (self.writer.submit(self._write, snapshot, state), snapshot)
 
     def _write(self, snapshot: Snapshot, state: _State) -> None:
@@ -126,6 +129,17 @@ class Checkpointing:
         """Snapshot the input metrics (checkpoints; ``last``: the end of a run, written now)."""
         if self.input_metrics is not None:
             self.input_metrics.publish(last)
+
+
+def _yield_cpu() -> None:
+    """The writer thread at nice 19 (Linux: a thread's own nice value): where a core is short it yields to
+    the step's helper and the prefetch thread, which the training thread waits for, and takes what they
+    leave. A writer that falls behind costs no more than a synchronous save: the next checkpoint waits
+    for it, and the training thread, waiting, leaves it a core. bench/train.py's ``primus train`` runs,
+    2026-12-07, 8 with and 8 without, alternated: MTRM +3.5% samples/s (medians), single_tower +1.7%; the
+    writer takes 40-100 ms of CPU a checkpoint there (39 MB: sha256 23 ms, torch.save 8, the write)."""
+    if sys.platform == "linux":
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _copied(value: Any) -> Any:
