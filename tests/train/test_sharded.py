@@ -299,7 +299,15 @@ def _check_matches_one_process(spec_file: str, out: Path, steps: int, table_atol
     state = model.state_dict()
     for name, value in final["tables"].items():
         assert not torch.equal(value, states["initial"]["tables"][name]), name  # trained
-        assert torch.allclose(state[name], value, atol=table_atol), (name, (state[name] - value).abs().max())
+        # a row-wise Adagrad step is normalised: a weight whose gradients are near 0 moves by their sign, where
+        # float summation order differs (one weight of 16,000 by 1.7e-4 when the tables are drawn otherwise):
+        # at most one in a thousand past ``table_atol``, none past 5x it
+        off = (state[name] - value).abs()
+        assert float(off.max()) < 5 * table_atol and int((off > table_atol).sum()) <= off.numel() // 1000, (
+            name,
+            float(off.max()),
+            int((off > table_atol).sum()),
+        )
 
 
 def test_sharding_choice_and_types(spec_file):
@@ -413,3 +421,17 @@ def test_sharded_checkpoints_on_s3_two_ranks_resume(spec_file, tmp_path, s3_env)
         assert report["meta"]["files"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "dense_optimizers.pt"]
         assert report["fresh_differs"] and report["same_outputs"] and report["same_after_step"]
     assert not (tmp_path / "home").exists() or not list((tmp_path / "home").rglob("*.distcp"))  # nothing local
+
+
+def test_a_sharded_model_of_three_collections_is_refused_in_one_line():
+    """A DCP model saved while MTRM's fresh and reread tables were collections of their own names them
+    there; this model has no such weights, so the load stops before DCP reads anything."""
+    from types import SimpleNamespace
+
+    from primus_lib.train.checkpoint.sharded import _check_layout
+
+    current = {"model.embeddings.embedding_bags.fresh_user_id.weight": None, "model.memory.0.weight": None}
+    _check_layout(SimpleNamespace(state_dict_metadata=current), "ckpt")  # today's layout: loads
+    old = {**current, "model.reread_tables.embedding_bags.reread_user_id.weight": None}
+    with pytest.raises(ValueError, match=r"^ckpt: a sharded MTRM model saved before its tables were one collection"):
+        _check_layout(SimpleNamespace(state_dict_metadata=old), "ckpt")

@@ -29,8 +29,10 @@ def _equal(before, params):
     return all(torch.equal(a, b.detach()) for a, b in zip(before, params, strict=True))
 
 
-def _tables(stepper, collection="embeddings"):
-    return {k: v.clone() for k, v in getattr(stepper.model, collection).state_dict().items()}
+def _tables(stepper, prefix=""):
+    """The weights of the tables named ``prefix``... ("t_": the shared ones, "fresh_", "reread_"; "": all)."""
+    tables = stepper.model.embeddings.state_dict()
+    return {k: v.clone() for k, v in tables.items() if k.startswith(f"embedding_bags.{prefix}")}
 
 
 def _moved(before, after):
@@ -42,26 +44,26 @@ def test_a_batch_step_moves_the_memory_and_reread_towers_and_their_tables_only(t
     stepper = LocalStepper(job, mode="mtrm")
     adapt, memory = _snapshot(stepper.model.adapt_parameters()), _snapshot(stepper.model.memory_parameters())
     reread = _snapshot(stepper.model.reread_parameters())
-    tables, fresh, reread_tables = _tables(stepper), _tables(stepper, "fresh"), _tables(stepper, "reread_tables")
+    tables, fresh, reread_tables = _tables(stepper, "t_"), _tables(stepper, "fresh_"), _tables(stepper, "reread_")
     result = stepper.step("batch", _batch(job))
     assert result.towers == ("memory", "reread")
     assert _equal(adapt, stepper.model.adapt_parameters()), "a batch step changed the adapt tower"
     assert not _equal(memory, stepper.model.memory_parameters()), "a batch step did not train the memory tower"
     assert not _equal(reread, stepper.model.reread_parameters()), "a batch step did not train the reread tower"
-    assert _moved(tables, _tables(stepper)), "a batch step did not move the shared tables"
-    assert _moved(reread_tables, _tables(stepper, "reread_tables")), "a batch step did not move the reread tables"
-    assert not _moved(fresh, _tables(stepper, "fresh")), "a batch step moved the adapt tower's fresh tables"
+    assert _moved(tables, _tables(stepper, "t_")), "a batch step did not move the shared tables"
+    assert _moved(reread_tables, _tables(stepper, "reread_")), "a batch step did not move the reread tables"
+    assert not _moved(fresh, _tables(stepper, "fresh_")), "a batch step moved the adapt tower's fresh tables"
 
 
 def test_an_mtrm_stream_step_trains_every_tower_and_the_fresh_tables(tiny):
     _, job = tiny
     stepper = LocalStepper(job, mode="mtrm")
     towers = {t: _snapshot(stepper.model.tower_parameters(t)) for t in ("memory", "adapt", "reread")}
-    fresh = _tables(stepper, "fresh")
+    fresh = _tables(stepper, "fresh_")
     result = stepper.step("stream", _batch(job, seed=2))
     assert result.towers == ("memory", "adapt", "reread")
     assert not any(_equal(before, stepper.model.tower_parameters(t)) for t, before in towers.items())
-    assert _moved(fresh, _tables(stepper, "fresh")), "a stream step did not train the fresh tables"
+    assert _moved(fresh, _tables(stepper, "fresh_")), "a stream step did not train the fresh tables"
 
 
 def test_the_reread_tower_trains_a_streamed_rows_batch_copy_in_full(tiny):
@@ -93,7 +95,7 @@ def test_mtrms_memory_tower_and_tables_move_exactly_as_the_single_tower(tiny):
         a, b = mtrm.step(kind, batch), single.step(kind, batch)
         assert a.towers == mtrm.config.towers(kind) and b.towers == ("memory",)
     assert _equal(_snapshot(single.model.memory_parameters()), mtrm.model.memory_parameters())
-    assert all(torch.equal(v, _tables(mtrm)[k]) for k, v in _tables(single).items())
+    assert all(torch.equal(v, _tables(mtrm)[k]) for k, v in _tables(single).items())  # the shared tables
     batch = _batch(job, seed=99)
     np.testing.assert_array_equal(mtrm.predict(batch, output="memory"), single.predict(batch))
     for tower in ("adapt", "reread"):  # the other towers add

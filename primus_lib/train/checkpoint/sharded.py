@@ -95,7 +95,9 @@ def _load_local(stepper, directory: Path, meta: dict, shown: str) -> dict:
 
     if meta.get("mode") != stepper.mode:
         raise ValueError(f"{shown}/{META}: checkpoint of mode {meta.get('mode')!r}, this trainer runs {stepper.mode!r}")
-    safe_dcp.read_metadata(directory / safe_dcp.METADATA, f"{shown}/{safe_dcp.METADATA}")  # refused before use
+    # refused before use
+    metadata = safe_dcp.read_metadata(directory / safe_dcp.METADATA, f"{shown}/{safe_dcp.METADATA}")
+    _check_layout(metadata, shown)
     state = dcp_state(stepper.dmp)
     safe_dcp.load(state, directory, shown)
     stepper.dmp.load_state_dict(state["model"])
@@ -103,6 +105,19 @@ def _load_local(stepper, directory: Path, meta: dict, shown: str) -> dict:
     dense = load_torch(directory / DENSE_OPTIMIZERS, f"{shown}/{DENSE_OPTIMIZERS}")
     stepper.optimizer.load_state_dict(dense)
     return meta
+
+
+def _check_layout(metadata, shown: str) -> None:
+    """A model saved while MTRM's fresh and reread tables were collections of their own (before
+    2026-12-07) holds them under names this model no longer has: refused in one line, not by DCP."""
+    from primus_lib.train.model.network import LEGACY
+
+    old = sorted(k for k in metadata.state_dict_metadata if k.startswith(tuple(f"model.{m}" for m in LEGACY.values())))
+    if old:
+        raise ValueError(
+            f"{shown}: a sharded MTRM model saved before its tables were one collection ({old[0]}, ...): "
+            "resume it with the Primus that wrote it, or start the job afresh"
+        )
 
 
 def prune_models(root: Where) -> None:

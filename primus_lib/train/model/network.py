@@ -10,9 +10,14 @@ tower reads ``[dense, its tables]`` and trains on every row each time a row is r
 single tower: a streamed row's batch copy is a second epoch), which the memory tower, trained once per
 impression, is not (``objective.py``). The cost is a second and a third copy of every table
 (docs/training.md). Single-tower modes build the memory tower alone.
-Embeddings are TorchRec EmbeddingBagCollections: fused (one process: row-wise Adagrad runs inside
-backward), replicated (data-parallel ranks: plain tables, gradients all-reduced, Adagrad stepped
-by the stepper) or, for DMP sharding, ones whose in-backward optimizer DMP fuses into its shards.
+Embeddings are one TorchRec EmbeddingBagCollection of every table (MTRM's three sets read the same
+features): fused (one process: row-wise Adagrad runs inside backward), replicated (data-parallel
+ranks: plain tables, gradients all-reduced, Adagrad stepped by the stepper) or, for DMP sharding, one
+whose in-backward optimizer DMP fuses into its shards. One collection is one lookup a step: on
+bench/train.py's tables and 512-row minibatches, three collections' lookups (forward and backward) took
+0.51 ms of an MTRM stream step against 0.28 for the nine tables in one, a batch step's two (its fresh
+lookup now goes unused) 0.35 against 0.28; MTRM went from 0.81 to 0.85x the bare TorchRec loop
+(2026-12-07). The cost: MTRM's start draws its tables apart, then copies them in (+44 ms).
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ def mlp(sizes: list[int]) -> nn.Sequential:
 
 # the tables' name prefixes: the shared tables, the adapt tower's own, the reread tower's own
 SHARED, FRESH, REREAD = "t_", "fresh_", "reread_"
+TABLES = "embeddings.embedding_bags."  # where every table's weight is named
+# until 2026-12-07 MTRM's fresh and reread tables were collections of their own, and named by them
+LEGACY = {FRESH: "fresh.embedding_bags.", REREAD: "reread_tables.embedding_bags."}
+
+
+def current_name(name: str) -> str:
+    """A weight's name in this model, given its name in a checkpoint of either layout."""
+    for table, old in LEGACY.items():
+        if name.startswith(old + table):
+            return TABLES + name[len(old) :]
+    return name
 
 
 def table_names(features: FeaturesSpec, two_towers: bool) -> list[str]:
@@ -58,12 +74,13 @@ def _configs(features: FeaturesSpec, dim: int, prefix: str) -> list[EmbeddingBag
 
 
 def build_embeddings(
-    features: FeaturesSpec, dim: int, sparse_lr: float, tables: Tables, prefix: str = SHARED
+    features: FeaturesSpec, dim: int, sparse_lr: float, tables: Tables, prefixes: tuple[str, ...] = (SHARED,)
 ) -> nn.Module:
-    """The tables of ``tables`` kind (see the module docstring), named ``prefix`` + the feature."""
+    """The tables of ``tables`` kind (see the module docstring), one per prefix and sparse feature,
+    named prefix + the feature, in that order."""
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-    configs = _configs(features, dim, prefix)
+    configs = [config for prefix in prefixes for config in _configs(features, dim, prefix)]
     if tables == "replicated":
         return EmbeddingBagCollection(tables=configs, device=torch.device("cpu"))
     if tables == "fused":
@@ -80,6 +97,18 @@ def build_embeddings(
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": sparse_lr})
     return ebc
+
+
+def _joined(parts: list[nn.Module], features: FeaturesSpec, dim: int, sparse_lr: float, tables: Tables) -> nn.Module:
+    """One collection of every table of ``parts`` (MTRM's: shared, fresh, reread), holding their weights.
+    The parts were drawn where they always were, between the towers, so under one seed every weight
+    starts as it did in three collections (and MTRM's shared tables and memory tower as the single
+    tower's); the joined collection's own initial draws are made on a forked generator and dropped."""
+    with torch.random.fork_rng(devices=[]):
+        joined = build_embeddings(features, dim, sparse_lr, tables, (SHARED, FRESH, REREAD))
+    if tables != "sharded":  # sharded: on the meta device, DMP draws them as it places the shards
+        joined.load_state_dict({name: w for part in parts for name, w in part.state_dict().items()})
+    return joined
 
 
 class TowerInputs(NamedTuple):
@@ -100,37 +129,42 @@ class TwoTowerModel(nn.Module):
         self.tables = tables
         self.keys = [f.name for f in features.sparse]
         self.n_dense = len(features.dense)
-        self.embeddings = build_embeddings(features, spec.embedding_dim, sparse_lr, tables)
-        self.width = spec.embedding_dim * len(self.keys) + self.n_dense  # the memory tower's input
+        dim = spec.embedding_dim
+        self.embeddings = build_embeddings(features, dim, sparse_lr, tables)
+        self.width = dim * len(self.keys) + self.n_dense  # the memory tower's input
         self.memory = mlp([self.width, *spec.memory_tower])
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)
         self.two_towers = two_towers
+        self.set_width = dim * len(self.keys)  # one set of tables' pooled columns
         if two_towers:  # drawn after the memory tower: a single tower of the same seed starts as it does
-            self.fresh = build_embeddings(features, spec.embedding_dim, sparse_lr, tables, prefix=FRESH)
-            fresh_width = spec.embedding_dim * len(self.keys)
-            self.adapt = mlp([self.width + fresh_width + 1, *spec.adapt_tower])
+            fresh = build_embeddings(features, dim, sparse_lr, tables, (FRESH,))
+            self.adapt = mlp([self.width + self.set_width + 1, *spec.adapt_tower])
             self.adapt_head = nn.Linear(spec.adapt_tower[-1], 1)
             # drawn last: the memory and adapt towers start as they would without it
-            self.reread_tables = build_embeddings(features, spec.embedding_dim, sparse_lr, tables, prefix=REREAD)
+            reread = build_embeddings(features, dim, sparse_lr, tables, (REREAD,))
             self.reread = mlp([self.width, *spec.memory_tower])
             self.reread_head = nn.Linear(spec.memory_tower[-1], 1)
+            self.embeddings = _joined([self.embeddings, fresh, reread], features, dim, sparse_lr, tables)
+        # the pooled columns' names in table order (a feature several tables read: "feature@table")
+        prefixes = (SHARED, FRESH, REREAD) if two_towers else (SHARED,)
+        self.pooled_keys = [f"{k}@{p}{k}" if two_towers else k for p in prefixes for k in self.keys]
 
-    def _pooled(self, collection: nn.Module, sparse: KeyedJaggedTensor) -> torch.Tensor:
-        pooled = collection(sparse)
-        if pooled.keys() == self.keys:  # the tables' order (always, unless a collection reorders them)
+    def _pooled(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        pooled = self.embeddings(sparse)
+        if pooled.keys() == self.pooled_keys:  # the tables' order (always, unless a collection reorders them)
             return pooled.values()
-        return torch.cat([pooled[k] for k in self.keys], dim=1)
+        return torch.cat([pooled[k] for k in self.pooled_keys], dim=1)
 
     def features(self, sparse: KeyedJaggedTensor, dense: torch.Tensor, *, fresh: bool = True) -> TowerInputs:
         """The towers' inputs (MTRM's fresh embeddings unless ``fresh`` is False: a batch step has no use for
-        them): the memory tower reads ``[shared, dense]``, the reread tower ``[dense, reread]``, the adapt
-        tower ``[shared, dense, fresh]``."""
-        shared = self._pooled(self.embeddings, sparse)
-        dense = torch.sign(dense) * torch.log1p(dense.abs()) if self.n_dense else shared[:, :0]
+        them, and its backward leaves the fresh tables as they are): the memory tower reads ``[shared,
+        dense]``, the reread tower ``[dense, reread]``, the adapt tower ``[shared, dense, fresh]``."""
+        pooled = self._pooled(sparse)
+        dense = torch.sign(dense) * torch.log1p(dense.abs()) if self.n_dense else pooled[:, :0]
         if not self.two_towers:
-            return TowerInputs(shared, dense)
-        fresh_embeddings = self._pooled(self.fresh, sparse) if fresh else None
-        return TowerInputs(shared, dense, self._pooled(self.reread_tables, sparse), fresh_embeddings)
+            return TowerInputs(pooled, dense)
+        shared, fresh_embeddings, reread = torch.split(pooled, self.set_width, dim=1)
+        return TowerInputs(shared, dense, reread, fresh_embeddings if fresh else None)
 
     def memory_forward(self, x: TowerInputs) -> torch.Tensor:
         inputs = torch.cat([x.shared, x.dense], dim=1) if self.n_dense else x.shared  # ``width`` columns
@@ -152,9 +186,7 @@ class TwoTowerModel(nn.Module):
 
     def table_parameters(self) -> list[nn.Parameter]:
         """Every table's weights: the shared ones, then (MTRM) the adapt tower's fresh ones and the reread tower's."""
-        if not self.two_towers:
-            return list(self.embeddings.parameters())
-        return [*self.embeddings.parameters(), *self.fresh.parameters(), *self.reread_tables.parameters()]
+        return list(self.embeddings.parameters())
 
     def memory_parameters(self) -> list[nn.Parameter]:
         return [*self.memory.parameters(), *self.memory_head.parameters()]

@@ -21,7 +21,7 @@ import torch
 from primus_lib.spec.job import PrimusJob
 from primus_lib.train.distributed.group import Group, launched_by_torchrun
 from primus_lib.train.model.batch import Batch
-from primus_lib.train.model.network import Tables, TwoTowerModel
+from primus_lib.train.model.network import Tables, TwoTowerModel, current_name
 from primus_lib.train.model.objective import Evidence, StepConfig, StepResult, forward, predict_probs, progressive_probs
 from primus_lib.train.model.tower_adam import TowerAdam
 
@@ -246,24 +246,18 @@ class LocalStepper:
         return self.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        missing = [name for name in self.model.state_dict() if name not in state["model"]]
+        weights = {current_name(name): w for name, w in state["model"].items()}  # either layout (network.py)
+        missing = [name for name in self.model.state_dict() if name not in weights]
         if missing:
             raise ValueError(
                 f"the checkpoint lacks {len(missing)} of the model's weights ({', '.join(missing[:3])}...): another "
                 "model wrote it (mode, features or a Primus before MTRM's fresh tables or its reread tower); resume it "
                 "with the spec and version that wrote it, or start the job afresh"
             )
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(state["optimizers"])
         self.sparse_optimizer().load_state_dict(state["sparse_optimizer"])
         self.evidence.load_state_dict(state["evidence"], self.group.rank)
 
     def sparse_optimizer(self):
-        if self.sparse is not None:
-            return self.sparse
-        if not self.model.two_towers:
-            return self.model.embeddings.fused_optimizer()
-        from torchrec.optim.keyed import CombinedOptimizer
-
-        collections = (self.model.embeddings, self.model.fresh, self.model.reread_tables)
-        return CombinedOptimizer([c.fused_optimizer() for c in collections])
+        return self.sparse if self.sparse is not None else self.model.embeddings.fused_optimizer()
