@@ -131,11 +131,11 @@ class TwoTowerModel(nn.Module):
         self.n_dense = len(features.dense)
         dim = spec.embedding_dim
         self.embeddings = build_embeddings(features, dim, sparse_lr, tables)
-        self.width = dim * len(self.keys) + self.n_dense  # the memory tower's input
+        self.set_width = dim * len(self.keys)  # one set of tables' pooled columns
+        self.width = self.set_width + self.n_dense  # the memory tower's input
         self.memory = mlp([self.width, *spec.memory_tower])
         self.memory_head = nn.Linear(spec.memory_tower[-1], 1)
         self.two_towers = two_towers
-        self.set_width = dim * len(self.keys)  # one set of tables' pooled columns
         if two_towers:  # drawn after the memory tower: a single tower of the same seed starts as it does
             fresh = build_embeddings(features, dim, sparse_lr, tables, (FRESH,))
             self.adapt = mlp([self.width + self.set_width + 1, *spec.adapt_tower])
