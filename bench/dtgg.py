@@ -135,6 +135,10 @@ class MemoryLister:
         self.dirs, self.requests = dirs, 0
         self.names = {d: {e.name for e in entries} for d, entries in dirs.items()}
 
+    @contextlib.contextmanager
+    def shared_pool(self):
+        yield  # no workers: served from memory
+
     def list(self, fs, wanted: set[str]) -> Listing:
         self.requests += 1
         listing = Listing()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -18,9 +19,10 @@ from devstack.http_latency import HttpLatencyProxy
 from devstack.tcp_proxy import TcpProxy
 from primus_lib.data.dtgg import DataTask, PartitionNotReady, Planner, plan_source, source_ready
 from primus_lib.data.dtgg import timer as timer_op
-from primus_lib.data.dtgg.listing import FileEntry
+from primus_lib.data.dtgg.listing import FileEntry, FusedLister
 from primus_lib.data.dtgg.naive import naive_plan
 from primus_lib.data.dtgg.ops import DataSourceOp
+from primus_lib.data.dtgg.planner import LISTED_AHEAD
 from primus_lib.data.ledger import TaskLedger
 from primus_lib.data.sources.files import read_task
 from primus_lib.paths import JobPaths
@@ -339,3 +341,34 @@ def test_naive_and_dtgg_plan_the_same_on_s3_through_the_latency_proxy(s3_env, tm
         proxy.close()
     assert naive == dtgg and [len(t) for t in naive] == [4, 4]
     assert naive_requests == 8  # HEAD marker + LIST, 4 partitions
+
+
+def test_chunks_are_listed_ahead_with_at_most_threads_requests_at_once(layout, monkeypatch):
+    """Two chunks' listings run while a third is generated, their requests on the lister's shared
+    pool: never more than ``threads`` at once, and the plan is the one-thread plan."""
+    job = _job(layout)
+    one = [p.tasks for p in Planner(job, "history", threads=1, ledger=False, chunk_windows=1).plan()]
+    busy = {"_ls": 0, "fused_listing": 0}
+    most = dict(busy)
+    lock = threading.Lock()
+
+    def counted(name, call):
+        def wrapper(*args, **kwargs):
+            with lock:
+                busy[name] += 1
+                most[name] = max(most[name], busy[name])
+            try:
+                time.sleep(0.02)  # a remote store's latency: the calls in flight overlap
+                return call(*args, **kwargs)
+            finally:
+                with lock:
+                    busy[name] -= 1
+
+        return wrapper
+
+    monkeypatch.setattr(FusedLister, "_ls", counted("_ls", FusedLister._ls))
+    monkeypatch.setattr(Planner, "fused_listing", counted("fused_listing", Planner.fused_listing))
+    planner = Planner(job, "history", threads=2, ledger=False, chunk_windows=1)
+    assert [p.tasks for p in planner.plan()] == one
+    assert most == {"_ls": 2, "fused_listing": LISTED_AHEAD}
+    assert planner.lister._pool is None  # the shared pool closed with the plan

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import bisect
 import builtins  # in FusedLister, `list` in an annotation names its method list()
+import contextlib
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -54,6 +56,22 @@ class FusedLister:
         self.requests = 0
         self._lock = threading.Lock()
         self._hdfs_listers: dict[int, object] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    @contextlib.contextmanager
+    def shared_pool(self) -> Iterator[None]:
+        """Listings made inside share one pool of ``threads`` workers, so several can be in flight (the
+        planner lists chunks ahead) while their requests together stay within ``threads``, and the
+        workers' kept-alive connections serve every chunk. Outside it, each listing has its own."""
+        if self.threads == 1 or self._pool is not None:
+            yield
+            return
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dtgg-list")
+        try:
+            yield
+        finally:
+            pool, self._pool = self._pool, None
+            pool.shutdown(cancel_futures=True)
 
     def list(self, fs: pafs.FileSystem, wanted: set[str]) -> Listing:
         """Files of every directory in ``wanted`` (paths ending in ``/``) that exists."""
@@ -65,12 +83,7 @@ class FusedLister:
         if hdfs is not None:  # no recursive listing over WebHDFS: one request per partition
             return self._list_each(hdfs, targets, listing)
         frontier = self._frontier(fs, _common_dir(targets), targets, wanted)
-        if len(frontier) == 1 or self.threads == 1:
-            results = [self._walk(fs, d) for d in frontier]
-        else:
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="dtgg-list") as pool:
-                results = list(pool.map(lambda d: self._walk(fs, d), frontier))
-        for found in results:
+        for found in self._map(lambda d: self._walk(fs, d), frontier):
             for directory, entries in found.items():
                 listing.dirs[directory].extend(entries)
         listing.requests = self.requests
@@ -103,9 +116,10 @@ class FusedLister:
         client = webhdfs_client(fs)
         if client is None:
             return None
-        lister = self._hdfs_listers.get(id(client))
-        if lister is None:
-            lister = self._hdfs_listers[id(client)] = WebHdfsLister(client)
+        with self._lock:  # chunks listed ahead ask from several threads: one lister (its connections) for all
+            lister = self._hdfs_listers.get(id(client))
+            if lister is None:
+                lister = self._hdfs_listers[id(client)] = WebHdfsLister(client)
         return lister
 
     def _list_each(self, hdfs, targets: builtins.list[str], listing: Listing) -> Listing:
@@ -115,12 +129,7 @@ class FusedLister:
             self.requests += len(targets)
         n = min(self.threads, len(targets))
         shares = [targets[i * len(targets) // n : (i + 1) * len(targets) // n] for i in range(n)]
-        if n == 1:
-            results = [hdfs.list_dirs(targets)]
-        else:
-            with ThreadPoolExecutor(n, thread_name_prefix="dtgg-list") as pool:
-                results = list(pool.map(hdfs.list_dirs, shares))
-        for found in results:
+        for found in self._map(hdfs.list_dirs, shares):
             for directory, entries in found.items():
                 if entries is not None:
                     listing.dirs[directory].extend(entries)
@@ -138,17 +147,29 @@ class FusedLister:
             if not todo:
                 break
             deeper: list[str] = []
+            above: list[str] = []
             for directory in todo:
-                if directory in wanted or _holds_wanted(targets, directory):
-                    final.append(directory)
-                    continue
-                for info in self._ls(fs, directory, recursive=False):
+                held = directory in wanted or _holds_wanted(targets, directory)
+                (final if held else above).append(directory)
+            for infos in self._map(lambda d: self._ls(fs, d, recursive=False), above):
+                for info in infos:
                     if not info.is_file:
                         child = info.path.rstrip("/") + "/"
                         if _has_prefix(targets, child):
                             deeper.append(child)
             todo = deeper
         return final + todo
+
+    def _map(self, call: Callable, items: builtins.list) -> Iterable:
+        """``call`` over ``items``: on the shared pool (a single item too: the listings in flight then
+        make at most ``threads`` requests at once), else on a pool of this listing's own (one item,
+        or one thread: here)."""
+        if self._pool is not None:
+            return self._pool.map(call, items)
+        if len(items) <= 1 or self.threads == 1:
+            return [call(item) for item in items]
+        with ThreadPoolExecutor(min(self.threads, len(items)), thread_name_prefix="dtgg-list") as pool:
+            return builtins.list(pool.map(call, items))
 
     def _walk(self, fs, directory: str) -> dict[str, builtins.list[FileEntry]]:
         out: dict[str, list[FileEntry]] = defaultdict(list)

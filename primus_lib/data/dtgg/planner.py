@@ -2,9 +2,12 @@
 
 Windows are planned in chunks: one fused listing per filesystem serves every (source, window)
 of the chunk, the DataSource/Joiner work of the chunk's windows runs on a thread pool, and the
-Sinks run in window order. With more than one thread the next chunk is listed while this one's
-tasks are generated, so a remote store's latency hides behind the generation. ``threads``
-(default 4; ``primus plan --threads``) bounds both pools; the plan does not depend on it.
+Sinks run in window order. With more than one thread the next ``LISTED_AHEAD`` chunks are listed
+while this one's tasks are generated, their requests sharing one pool of listing workers: a
+remote store's latency hides behind the generation and behind the other chunks' listings (a
+chunk's listing is a short chain of dependent requests, which one chunk alone leaves most
+workers idle through). ``threads`` (default 4; ``primus plan --threads``) bounds the listing
+workers and the generation pool; the plan does not depend on it.
 Windows already in the ledger are served from it (cached task lists): a restarted planner does
 no listing for them.
 """
@@ -12,7 +15,7 @@ no listing for them.
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -26,6 +29,7 @@ from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.job import PrimusJob
 
 DEFAULT_THREADS = 4  # listing/generation concurrency when the caller gives none (primus plan --threads)
+LISTED_AHEAD = 2  # chunks listed ahead of the one being generated (their listings held in memory)
 
 
 class Planner:
@@ -73,25 +77,27 @@ class Planner:
         sink = SinkOp(self.ledger)
         windows = timer.windows(self.job, start, end)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dtgg") if self.threads > 1 else None
-        ahead = ThreadPoolExecutor(1, thread_name_prefix="dtgg-ahead") if pool is not None else None
-        try:
-            for chunk, cached, listing in self._listed_chunks(windows, ahead):
-                plans = self._generate(chunk, cached, listing, pool)
-                ready = list(itertools.takewhile(lambda p: p.ready, plans))
-                sink.push_all(ready)  # in time order, one ledger transaction per chunk
-                for plan in ready:
-                    self.stats["tasks"] += len(plan.tasks)
-                    yield plan
-                if len(ready) < len(plans):
-                    stuck = plans[len(ready)]
-                    if strict:
-                        raise PartitionNotReady("; ".join(stuck.missing))
-                    yield stuck
-                    return
-        finally:
-            for executor in (ahead, pool):
-                if executor is not None:
-                    executor.shutdown(cancel_futures=True)
+        ahead = ThreadPoolExecutor(LISTED_AHEAD, thread_name_prefix="dtgg-ahead") if pool is not None else None
+        # listings ahead use the lister's shared pool: it closes after ``ahead`` has finished them
+        with self.lister.shared_pool():
+            try:
+                for chunk, cached, listing in self._listed_chunks(windows, ahead, LISTED_AHEAD):
+                    plans = self._generate(chunk, cached, listing, pool)
+                    ready = list(itertools.takewhile(lambda p: p.ready, plans))
+                    sink.push_all(ready)  # in time order, one ledger transaction per chunk
+                    for plan in ready:
+                        self.stats["tasks"] += len(plan.tasks)
+                        yield plan
+                    if len(ready) < len(plans):
+                        stuck = plans[len(ready)]
+                        if strict:
+                            raise PartitionNotReady("; ".join(stuck.missing))
+                        yield stuck
+                        return
+            finally:
+                for executor in (ahead, pool):
+                    if executor is not None:
+                        executor.shutdown(cancel_futures=True)
 
     def plan_window(self, start: datetime) -> WindowPlan:
         """One window (the Airflow DataSource task's unit); stored in the ledger once complete."""
@@ -103,22 +109,25 @@ class Planner:
                 plan = WindowPlan(plan.stream, start, self.ledger.tasks(plan.stream, plan.window), cached=True)
         return plan
 
-    def _listed_chunks(self, windows: Iterator[datetime], ahead: ThreadPoolExecutor | None) -> Iterator[tuple]:
+    def _listed_chunks(
+        self, windows: Iterator[datetime], ahead: ThreadPoolExecutor | None, depth: int
+    ) -> Iterator[tuple]:
         """(chunk, its windows served from the ledger, the fused listing of the others), in order.
-        With ``ahead`` the next chunk's listing runs while the caller generates this one's tasks."""
-        pending = None
-        while chunk := list(itertools.islice(windows, self.chunk_windows)):
-            cached = self._cached(chunk)
-            todo = [s for s in chunk if s not in cached]
-            if ahead is None:
-                yield chunk, cached, self.fused_listing(todo)
-                continue
-            started = (chunk, cached, ahead.submit(self.fused_listing, todo))
-            if pending is not None:
-                yield pending[0], pending[1], pending[2].result()
-            pending = started
-        if pending is not None:
-            yield pending[0], pending[1], pending[2].result()
+        With ``ahead`` the next ``depth`` chunks' listings run while the caller generates this one's tasks."""
+        pending: deque[tuple] = deque()
+        depth = depth if ahead is not None else 0
+        while True:
+            while len(pending) <= depth and (chunk := list(itertools.islice(windows, self.chunk_windows))):
+                cached = self._cached(chunk)
+                todo = [s for s in chunk if s not in cached]
+                if ahead is None:
+                    pending.append((chunk, cached, self.fused_listing(todo)))
+                else:
+                    pending.append((chunk, cached, ahead.submit(self.fused_listing, todo)))
+            if not pending:
+                return
+            chunk, cached, listing = pending.popleft()
+            yield chunk, cached, listing if ahead is None else listing.result()
 
     def _cached(self, chunk: list[datetime]) -> dict[datetime, WindowPlan]:
         """The chunk's windows already in the ledger (cached task lists)."""
