@@ -56,7 +56,7 @@ from primus_lib.data.dtgg.naive import naive_plan
 from primus_lib.spec.loader import job_from_document
 
 DAYS, HOURS, FILES = 42, 24, 50
-THREADS = 16  # listing threads (and connections) of the "with threads" runs
+THREADS = 16  # listing threads (and connections) of the "with threads" runs: the planner's default
 SOURCES = ("impressions", "clicks")
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 END = T0 + timedelta(days=DAYS)

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--start", help="first window (ISO-8601, default: timer.start)")
     parser.add_argument("--end", help="end instant, exclusive (default: timer.end; required if open-ended)")
     parser.add_argument("--stream", help="batch stream name (default: the first batch stream)")
-    parser.add_argument("--threads", type=integer(1), default=None, help="listing threads (default 4)")
+    parser.add_argument("--threads", type=integer(1), default=None, help="listing threads (default 16)")
     parser.add_argument("--dry-run", action="store_true", help="do not record the plan in the job's ledger")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)

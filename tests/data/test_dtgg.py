@@ -164,10 +164,10 @@ def test_on_hdfs_every_partition_is_listed_once_and_threads_do_not_change_the_pl
     assert naive[1][3].uri == f"{hdfs_cluster.uri(base)}/clicks/20261101/01/part-000.parquet"
 
 
-def test_listing_threads_default_to_four_whatever_the_environment_says(layout, monkeypatch):
+def test_listing_threads_default_to_sixteen_whatever_the_environment_says(layout, monkeypatch):
     job = _job(layout)
     monkeypatch.setenv("PRIMUS_DTGG_THREADS", "3")  # no longer read: a behaviour of the call, not of the host
-    assert Planner(job, "history", ledger=False).threads == 4
+    assert Planner(job, "history", ledger=False).threads == 16
     assert Planner(job, "history", threads=1, ledger=False).threads == 1
 
 

@@ -6,7 +6,7 @@ Sinks run in window order. With more than one thread the next ``LISTED_AHEAD`` c
 while this one's tasks are generated, their requests sharing one pool of listing workers: a
 remote store's latency hides behind the generation and behind the other chunks' listings (a
 chunk's listing is a short chain of dependent requests, which one chunk alone leaves most
-workers idle through). ``threads`` (default 4; ``primus plan --threads``) bounds the listing
+workers idle through). ``threads`` (default 16; ``primus plan --threads``) bounds the listing
 workers and the generation pool; the plan does not depend on it.
 Windows already in the ledger are served from it (cached task lists): a restarted planner does
 no listing for them.
@@ -28,7 +28,9 @@ from primus_lib.filesystems import StorageCredentials
 from primus_lib.paths import JobPaths, window_id
 from primus_lib.spec.job import PrimusJob
 
-DEFAULT_THREADS = 4  # listing/generation concurrency when the caller gives none (primus plan --threads)
+# listing/generation concurrency when the caller gives none (primus plan --threads): a remote store's
+# latency divides by the connections (bench/dtgg.py: 4 / 16 / 64 threads at 10 ms a request)
+DEFAULT_THREADS = 16
 LISTED_AHEAD = 2  # chunks listed ahead of the one being generated (their listings held in memory)
 
 
