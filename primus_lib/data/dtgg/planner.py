@@ -83,7 +83,7 @@ class Planner:
         # listings ahead use the lister's shared pool: it closes after ``ahead`` has finished them
         with self.lister.shared_pool():
             try:
-                for chunk, cached, listing in self._listed_chunks(windows, ahead, LISTED_AHEAD):
+                for chunk, cached, listing in self._listed_chunks(windows, ahead):
                     plans = self._generate(chunk, cached, listing, pool)
                     ready = list(itertools.takewhile(lambda p: p.ready, plans))
                     sink.push_all(ready)  # in time order, one ledger transaction per chunk
@@ -111,13 +111,11 @@ class Planner:
                 plan = WindowPlan(plan.stream, start, self.ledger.tasks(plan.stream, plan.window), cached=True)
         return plan
 
-    def _listed_chunks(
-        self, windows: Iterator[datetime], ahead: ThreadPoolExecutor | None, depth: int
-    ) -> Iterator[tuple]:
+    def _listed_chunks(self, windows: Iterator[datetime], ahead: ThreadPoolExecutor | None) -> Iterator[tuple]:
         """(chunk, its windows served from the ledger, the fused listing of the others), in order.
-        With ``ahead`` the next ``depth`` chunks' listings run while the caller generates this one's tasks."""
+        With ``ahead`` the next ``LISTED_AHEAD`` chunks' listings run while the caller generates this one's tasks."""
         pending: deque[tuple] = deque()
-        depth = depth if ahead is not None else 0
+        depth = LISTED_AHEAD if ahead is not None else 0
         while True:
             while len(pending) <= depth and (chunk := list(itertools.islice(windows, self.chunk_windows))):
                 cached = self._cached(chunk)
