@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,7 +50,7 @@ def clean_window(job: PrimusJob, stream: str, table: pa.Table, start: datetime) 
             table = table.filter(inside)
     key = job.spec.features.id
     if key and table.num_rows and key in table.column_names:
-        rows = table.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+        rows = table.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         first = rows.group_by(key, use_threads=False).aggregate([("__row", "min")]).column("__row_min")
         if len(first) < table.num_rows:
             dropped["duplicate_id"] = table.num_rows - len(first)
