@@ -124,13 +124,16 @@ def read_manifest(directory: Where, verify: bool = True) -> Manifest | None:
 
 
 def read_window(directory: Where) -> pa.Table:
-    return pa.concat_tables(list(iter_window(directory))) if read_manifest(directory) else pa.table({})
+    directory = locate(directory)
+    manifest = read_manifest(directory, verify=False)  # each shard is checked as it is read
+    return pa.concat_tables([read_shard(directory, s) for s in manifest.shards]) if manifest else pa.table({})
 
 
 def iter_window(directory: Where, start_shard: int = 0) -> Iterator[pa.Table]:
-    """The committed shards of a window in order, from ``start_shard`` on."""
+    """The committed shards of a window in order, from ``start_shard`` on, each checked as it is read
+    (its size and sha256): no listing of the window first (on S3 a request: 3 of a 4-shard window's 14)."""
     directory = locate(directory)
-    manifest = read_manifest(directory)
+    manifest = read_manifest(directory, verify=False)
     if manifest is None:
         raise FileNotFoundError(f"{directory}: no committed window (manifest.json missing)")
     for shard in manifest.shards[start_shard:]:

@@ -112,7 +112,10 @@ def verify(directory: StorageLocation, sizes: dict[str, int], manifest: str) -> 
 def read_part(directory: StorageLocation, part: Part, manifest: str):
     """The part's bytes (an Arrow buffer), checked against the size and sha256 ``manifest`` records."""
     where = directory / part.name
-    data = where.read_buffer()
+    try:
+        data = where.read_buffer()
+    except FileNotFoundError:
+        raise ValueError(f"{where}: committed part is missing ({directory / manifest} names it)") from None
     if part.size and data.size != part.size:
         raise ValueError(f"{where}: {data.size} bytes, {directory / manifest} records {part.size}")
     if part.sha256 and hashlib.sha256(data).hexdigest() != part.sha256:

@@ -42,7 +42,7 @@ def read_raw(task: DataTask, wanted: set[str] | None = None, credentials: Storag
     try:
         if task.format == "parquet":
             return _read_parquet(location.fs, location.path, task, wanted)
-        with location.fs.open_input_stream(location.path) as handle:
+        with _whole(location.fs, location.path) as handle:
             if task.format == "csv":
                 import pyarrow.csv as pacsv
 
@@ -61,7 +61,18 @@ def read_raw(task: DataTask, wanted: set[str] | None = None, credentials: Storag
     return table.select([c for c in table.column_names if wanted is None or c in wanted])
 
 
+def _whole(fs, path: str) -> pa.NativeFile:
+    """A csv or jsonl file to parse: streamed from the local disk; a remote one fetched in one GET (on
+    S3 an input stream fetches ranges of ~256 KB, a random-access file one GET per parser block)."""
+    if fs.type_name == "local":
+        return fs.open_input_stream(path)
+    with fs.open_input_file(path) as handle:
+        return pa.BufferReader(handle.read())
+
+
 def _read_parquet(fs, path: str, task: DataTask, wanted: set[str] | None) -> pa.Table:
+    """The column chunks come in one request where they are adjacent (pyarrow's ``pre_buffer``, on by
+    default): on S3 a 6 MB file of seven columns in 3 requests, not 9 (tests/data/test_remote_reads.py)."""
     with fs.open_input_file(path) as handle:
         reader = pq.ParquetFile(handle)
         names = reader.schema_arrow.names
