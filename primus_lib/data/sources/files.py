@@ -72,7 +72,7 @@ def _whole(fs, path: str) -> pa.NativeFile:
 
 def _read_parquet(fs, path: str, task: DataTask, wanted: set[str] | None) -> pa.Table:
     """The column chunks come in one request where they are adjacent (pyarrow's ``pre_buffer``, on by
-    default): on S3 a 6 MB file of seven columns in 3 requests, not 9 (tests/data/test_remote_reads.py)."""
+    default): on S3 a 6 MB file of seven columns in 3 requests, not 9 (tests/data/test_remote_requests.py)."""
     with fs.open_input_file(path) as handle:
         reader = pq.ParquetFile(handle)
         names = reader.schema_arrow.names

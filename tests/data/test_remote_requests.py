@@ -1,6 +1,6 @@
-"""Reads from a real S3 store (SeaweedFS) cost few requests: each is a round trip to a remote
-store, so the count is the latency a data task or a shard read pays. Counted by the DTGG
-benchmark's HTTP proxy in front of the store."""
+"""Reads from and writes to a real S3 store (SeaweedFS) cost few requests: each is a round trip to
+a remote store, so the count is the latency a data task, a shard read or a commit pays. Counted by
+the DTGG benchmark's HTTP proxy in front of the store."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from devstack.http_latency import HttpLatencyProxy
+from primus_lib.data.shards import write_window
 from primus_lib.data.sources.files import read_raw
 from primus_lib.data.task import DataTask
 from primus_lib.storage import locate
@@ -114,3 +115,23 @@ def test_a_csv_or_jsonl_data_task_is_fetched_in_one_get(s3_server, counted, tmp_
     assert proxy.requests - before <= 2
     assert got.equals(read_raw(_task(f"file://{path}", fmt, size)))
     assert got.num_rows == table.num_rows
+
+
+def test_a_window_goes_up_in_one_put_an_object(s3_server, counted, monkeypatch, tmp_path):
+    """Each shard and the manifest in one PUT: a 3-shard window in 8 requests with the commit's own
+    checks (a committed manifest looked for, the parts listed before the manifest goes up); a
+    multipart upload of one part, three requests an object, took it 16."""
+    proxy, bucket = counted
+    table = _table(30_000)
+    before = proxy.requests
+    directory = locate(f"s3://{bucket}/w")
+    manifest = write_window(directory, table, stream="history", window="w", seed=1, rows_per_shard=10_000)
+    assert len(manifest.shards) == 3
+    assert proxy.requests - before <= len(manifest.shards) + 1 + 4, proxy.requests - before
+    # an object goes up at close now: a refused PUT (here: a wrong secret key) still fails the write
+    wrong = S3Server(s3_server.endpoint, s3_server.access_key, "not-the-secret")
+    for key, value in wrong.env(tmp_path / "wrong").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(OSError, match="SIGNATURE_DOES_NOT_MATCH"):
+        locate(f"s3://{bucket}/x").write_bytes(b"data")
+    assert not s3_server.filesystem().get_file_info(f"{bucket}/x").is_file
