@@ -60,11 +60,12 @@ def join_window(
     tables: dict[str, list[pa.Table]] = {s.name: [] for s in stream.sources}
     for task in plan.tasks:
         path = staging_path(job, task)
-        if not path.exists():
+        try:  # read, not asked for first: on S3 an existence check is a request of its own
+            tables[task.source].append(read_staged(path))
+        except FileNotFoundError:
             raise JoinError(
                 f"window {wid} of stream {stream_name!r}: task {task.id} has no staged output ({path}); run it first"
-            )
-        tables[task.source].append(read_staged(path))
+            ) from None
     inputs = {name: _concat(parts) for name, parts in tables.items()}
     lap("read")
     seed = window_seed(job, stream_name, wid)
