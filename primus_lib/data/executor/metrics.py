@@ -111,19 +111,20 @@ def _queue(key: str, ledger):
 class TaskMetrics:
     """Started with the task (psutil measures CPU from here), finished with its row count."""
 
-    def __init__(self, job: PrimusJob, task_id: str) -> None:
+    def __init__(self, job: PrimusJob, task_id: str, allotment: tuple[float, float] | None = None) -> None:
         self.job, self.task_id = job, task_id
-        cpu, memory = role_resources(job, ROLE)
+        cpu, memory = allotment or role_resources(job, ROLE)
         self.registry = CollectorRegistry()
         self.metrics = ExecutorMetrics(job.name, task_id, cpu, memory, role=ROLE, registry=self.registry)
 
     @classmethod
-    def start(cls, job: PrimusJob, task_id: str) -> TaskMetrics | None:
-        """None when the job has no batch data-executor role or the metrics cannot be set up."""
+    def start(cls, job: PrimusJob, task_id: str, allotment: tuple[float, float] | None = None) -> TaskMetrics | None:
+        """None when the job has no batch data-executor role or the metrics cannot be set up. ``allotment``:
+        the role's (cores, bytes) as the task read them (else read here: on S3 a request)."""
         if ROLE not in job.spec.resources.roles:
             return None
         made: list[TaskMetrics] = []
-        guarded("data task metrics", lambda: made.append(cls(job, task_id)))
+        guarded("data task metrics", lambda: made.append(cls(job, task_id, allotment)))
         return made[0] if made else None
 
     def finish(self, rows: int) -> None:

@@ -79,7 +79,8 @@ def execute_task(job: PrimusJob, task: DataTask, *, timings: dict[str, float] | 
     limits = Limits.for_role(job, EXECUTOR_ROLE)  # read at start: the scaler may have resized the role
     with enforced(limits, f"data task {task.id}") if limits else nullcontext():
         began = time.perf_counter()
-        report = TaskMetrics.start(job, task.id)  # the scaler's inputs (executor/metrics.py)
+        allotment = (limits.cpu, limits.memory) if limits else None
+        report = TaskMetrics.start(job, task.id, allotment)  # the scaler's inputs (executor/metrics.py)
         measured = time.perf_counter() - began
         began += measured
         table = read_task(job, task).combine_chunks()
