@@ -78,14 +78,15 @@ class StorageLocation:
     def read_text(self) -> str:
         return self.read_bytes().decode("utf-8")
 
-    def read_buffer(self) -> pa.Buffer:
-        """The file's bytes as an Arrow buffer: memory-mapped on the local disk, fetched remotely."""
+    def read_buffer(self, checked: bool = False) -> pa.Buffer:
+        """The file's bytes as an Arrow buffer: memory-mapped on the local disk, fetched remotely.
+        ``checked``: the caller checks them against a recorded size and sha256 (``remote.read_bytes``)."""
         import pyarrow as pa
 
         if self._local:
             with pa.memory_map(self.path) as mapped:
                 return mapped.read_buffer()
-        return pa.py_buffer(self.read_bytes())
+        return pa.py_buffer(remote.read_bytes(self, checked))
 
     def exists(self) -> bool:
         return remote.exists(self)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from devstack.http_latency import HttpLatencyProxy
-from primus_lib.data.shards import write_window
+from primus_lib.data.shards import read_window, write_window
 from primus_lib.data.sources.files import read_raw
 from primus_lib.data.task import DataTask
 from primus_lib.storage import locate
@@ -135,3 +135,20 @@ def test_a_window_goes_up_in_one_put_an_object(s3_server, counted, monkeypatch, 
     with pytest.raises(OSError, match="SIGNATURE_DOES_NOT_MATCH"):
         locate(f"s3://{bucket}/x").write_bytes(b"data")
     assert not s3_server.filesystem().get_file_info(f"{bucket}/x").is_file
+
+
+def test_a_committed_window_is_read_from_webhdfs_without_a_status_check_a_part(hdfs_cluster):
+    """A part, whose size and sha256 the manifest records, is read once: 3 NameNode requests (the
+    client's two status calls, the OPEN) where a file that may be replaced under its reader takes 5
+    (a status before and after besides): a 3-shard window in 14 with its manifest, 20 before."""
+    proxy = HttpLatencyProxy(hdfs_cluster.port, delay=0.0)
+    try:
+        directory = locate(f"webhdfs://{hdfs_cluster.host}:{proxy.port}/requests-{uuid.uuid4().hex[:8]}/w")
+        table = _table(30_000)
+        write_window(directory, table, stream="history", window="w", seed=1, rows_per_shard=10_000)
+        before = proxy.requests
+        got = read_window(directory)
+        assert proxy.requests - before <= 4 + 1 + 3 * 3, proxy.requests - before
+        assert got.num_rows == table.num_rows
+    finally:
+        proxy.close()
