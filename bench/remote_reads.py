@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -36,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.dataset as ds  # noqa: E402
-import pyarrow.fs as pafs  # noqa: E402
 
 from devstack import seaweedfs  # noqa: E402
 from devstack.http_latency import HttpLatencyProxy  # noqa: E402
 from devstack.proc import stop  # noqa: E402
+from tests.fixtures.s3 import S3Server  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_REMOTE_ROWS", 1_000_000))
 RUNS = int(os.environ.get("BENCH_REMOTE_RUNS", 3))
@@ -67,24 +68,14 @@ def sample(rows: int) -> pa.Table:
     )
 
 
-def filesystem(port: int) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(
-        access_key=KEYS[0],
-        secret_key=KEYS[1],
-        endpoint_override=f"127.0.0.1:{port}",
-        scheme="http",
-        region="us-east-1",
-        allow_bucket_creation=True,
-    )
+def store(port: int) -> S3Server:
+    """The store at ``port`` (SeaweedFS itself or the latency proxy in front of it), the tests' way."""
+    return S3Server(f"127.0.0.1:{port}", *KEYS)
 
 
 def as_default_store(port: int, secrets: Path) -> None:
     """The store at ``port`` as this process's default storage connection (how ``primus train`` gets it)."""
-    secrets.mkdir(mode=0o700, exist_ok=True)
-    extra = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}
-    connection = {"conn_type": "aws", "login": KEYS[0], "password": KEYS[1], "extra": extra}
-    (secrets / "primus_storage_default.json").write_text(json.dumps(connection))
-    os.environ["PRIMUS_SECRETS_DIR"] = str(secrets)
+    os.environ.update(store(port).env(secrets))
 
 
 def ours() -> int:
@@ -95,11 +86,11 @@ def ours() -> int:
 
 
 def pyarrow_dataset(port: int, files: list[str]) -> int:
-    return ds.dataset(files, format="ipc", filesystem=filesystem(port)).to_table().num_rows
+    return ds.dataset(files, format="ipc", filesystem=store(port).filesystem()).to_table().num_rows
 
 
 def pyarrow_files(port: int, files: list[str]) -> int:
-    fs, rows = filesystem(port), 0
+    fs, rows = store(port).filesystem(), 0
     for path in files:
         with fs.open_input_file(path) as handle:
             rows += pa.ipc.open_file(handle.read_buffer()).read_all().num_rows
@@ -115,7 +106,7 @@ def main() -> None:
     proc = mini.start()
     proxy = HttpLatencyProxy(mini.s3_port, LATENCY_S)
     try:
-        filesystem(mini.s3_port).create_dir("bench")
+        store(mini.s3_port).filesystem().create_dir("bench")
         as_default_store(mini.s3_port, work / "secrets-direct")
         write_window(locate(f"s3://{WINDOW}"), sample(ROWS), stream="history", window="w", seed=1, rows_per_shard=SHARD)
         manifest = read_manifest(locate(f"s3://{WINDOW}"))
@@ -155,6 +146,7 @@ def main() -> None:
     finally:
         proxy.close()
         stop(proc)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,25 +5,15 @@ which no other test does."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.bench.helpers import run_bench
+
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_executor_bench_runs_every_contender_the_three_ways(tmp_path):
-    env = {**os.environ, "BENCH_EXECUTOR_ROWS": "2000", "BENCH_EXECUTOR_RUNS": "1", "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "executor.py")], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = run_bench("executor", tmp_path, 600, BENCH_EXECUTOR_ROWS="2000", BENCH_EXECUTOR_RUNS="1")
     assert got["bench"] == "executor" and got["rows"] == 8 * 2000
     for figures in (got, got["per_process_spawned"], got["in_process"]):
         assert set(figures["wall_s"]) == {"ours", "floor", "pandas", "polars", "duckdb"}
