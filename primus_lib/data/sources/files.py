@@ -42,7 +42,7 @@ def read_raw(task: DataTask, wanted: set[str] | None = None, credentials: Storag
     try:
         if task.format == "parquet":
             return _read_parquet(location.fs, location.path, task, wanted)
-        with _whole(location.fs, location.path) as handle:
+        with open_whole(location.fs, location.path) as handle:
             if task.format == "csv":
                 import pyarrow.csv as pacsv
 
@@ -61,9 +61,9 @@ def read_raw(task: DataTask, wanted: set[str] | None = None, credentials: Storag
     return table.select([c for c in table.column_names if wanted is None or c in wanted])
 
 
-def _whole(fs, path: str) -> pa.NativeFile:
-    """A csv or jsonl file to parse: streamed from the local disk; a remote one fetched in one GET (on
-    S3 an input stream fetches ranges of ~256 KB, a random-access file one GET per parser block)."""
+def open_whole(fs, path: str) -> pa.NativeFile:
+    """A file to read through (a csv, a jsonl): streamed from the local disk; a remote one fetched in
+    one GET (on S3 an input stream fetches ranges of ~256 KB, a random-access file one GET a read)."""
     if fs.type_name == "local":
         return fs.open_input_stream(path)
     with fs.open_input_file(path) as handle:

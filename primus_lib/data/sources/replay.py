@@ -20,7 +20,7 @@ from primus_lib.data.dtgg import timer
 from primus_lib.data.dtgg.listing import FusedLister
 from primus_lib.data.sources.deadletter import DeadLetters, FileDeadLetters
 from primus_lib.data.sources.decode import column_map, conform, decode
-from primus_lib.data.sources.files import read_raw
+from primus_lib.data.sources.files import open_whole, read_raw
 from primus_lib.data.sources.messages import decode_messages
 from primus_lib.data.sources.templates import has_placeholders, partition
 from primus_lib.data.stream import Position, StreamReader
@@ -75,7 +75,7 @@ class ReplayStreamReader(StreamReader):
         for path in paths:
             uri = self.location.uri(path)
             if self.source.format in ("jsonl", "json"):
-                with self.location.fs.open_input_file(path) as handle:  # S3: one GET (a stream: one per 256 KB)
+                with open_whole(self.location.fs, path) as handle:
                     lines = [line for line in handle.read().split(b"\n") if line.strip()]
                 table, _, bad = decode_messages(self.job, self.stream, self.source, lines, uri)
                 for item in bad:
