@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from primus_lib.storage import Where, locate
@@ -87,3 +88,27 @@ def missing(progress: dict[str, Any], keys: list[str]) -> list[str]:
     """The windows of ``keys`` not consumed yet."""
     consumed = progress.get("consumed", {})
     return [key for key in keys if key not in consumed]
+
+
+def await_consumed(
+    path: Where,
+    keys: list[str],
+    within: float,
+    every: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any] | None:
+    """Metrics of the windows ``keys`` once the file lists them all, read every ``every`` seconds
+    for at most ``within``; None if they are not all consumed by then.
+
+    The Airflow trainer task waits here before it defers: a caught-up trainer consumes a window
+    seconds after its Sink, and a deferral costs at least the trigger's first-check delay."""
+    deadline = clock() + within
+    while True:
+        metrics = consumed_metrics(read_progress(path), keys)
+        if metrics is not None:
+            return metrics
+        left = deadline - clock()
+        if left <= 0:
+            return None
+        sleep(min(every, left))

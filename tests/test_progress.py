@@ -7,7 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from primus_lib.progress import consumed_metrics, missing, progress_key, read_progress, window_summary, write_progress
+from primus_lib.progress import (
+    await_consumed,
+    consumed_metrics,
+    missing,
+    progress_key,
+    read_progress,
+    window_summary,
+    write_progress,
+)
 from primus_lib.train.model.metrics import WindowStats
 
 
@@ -43,3 +51,36 @@ def test_a_file_that_is_not_a_progress_document_is_refused(tmp_path):
     path.write_text(json.dumps({"consumed": [1, 2]}))
     with pytest.raises(ValueError, match="expected an object with a 'consumed' mapping"):
         read_progress(path)
+
+
+class _Trainer:
+    """A clock the wait sleeps on; the trainer writes its checkpoint's progress when it reaches ``at``."""
+
+    def __init__(self, path, at: float | None):
+        self.path, self.at, self.now = path, at, 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.now += seconds
+        if self.at is not None and self.now >= self.at and not self.path.exists():
+            entry = {"samples": 5, "auc": 0.6, "logloss": 0.4, "at": self.now}
+            write_progress(self.path, {"history/w1": entry}, step=3, stream_position={}, mode="mtrm")
+
+
+def test_the_train_task_waits_for_a_window_the_trainer_is_about_to_consume(tmp_path):
+    trainer = _Trainer(tmp_path / "progress.json", at=2.2)
+    got = await_consumed(trainer.path, ["history/w1"], 15.0, 0.5, trainer.clock, trainer.sleep)
+    assert got is not None and got["history/w1"]["samples"] == 5
+    assert trainer.now == 2.5  # seen at the first read after it was written, not at the end of the wait
+
+
+def test_the_wait_gives_up_at_its_bound_and_reads_once_without_one(tmp_path):
+    trainer = _Trainer(tmp_path / "progress.json", at=None)
+    assert await_consumed(trainer.path, ["history/w1"], 3.2, 0.5, trainer.clock, trainer.sleep) is None
+    assert trainer.now == 3.2  # the last sleep is cut to the bound
+    late = _Trainer(tmp_path / "late.json", at=0.1)
+    assert await_consumed(late.path, ["history/w1"], 0.0, 0.5, late.clock, late.sleep) is None
+    assert late.now == 0.0  # within 0: one read, no sleep

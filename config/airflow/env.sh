@@ -8,6 +8,10 @@ export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
+# The task supervisor waits up to this many seconds in one select() call; when a task's sockets
+# close before its process can be reaped (about one task in five here) it notices the exit only then:
+# 5 s (the default) per such task, 1 s with this (docs/airflow.md "Known limits").
+export AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL="${AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL:-1}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API__PORT}/execution/"

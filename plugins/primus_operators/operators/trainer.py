@@ -1,7 +1,9 @@
-"""Trainer operator: keep the job's long-running trainer up, wait (deferred) until it consumed the window.
+"""Trainer operator: keep the job's long-running trainer up, wait until it consumed the window.
 
 Lifecycle (start, reattach, restart) belongs to ``primus_lib.resources``; this operator only
-asks the backend to ensure the trainer runs, then hands the waiting to a trigger.
+asks the backend to ensure the trainer runs, then waits: in its worker for as long as the
+trigger's first check would take (a caught-up trainer consumes a window seconds after its
+Sink), then deferred.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from primus_lib.credentials import mount, private_directory, using
 from primus_lib.naming import API_CONNECTION, MODEL_ASSET, asset_uri
-from primus_lib.progress import consumed_metrics, progress_key, read_progress
+from primus_lib.progress import await_consumed, progress_key
 from primus_lib.settings import child_environment
 from primus_operators._common import airflow_api, load_spec, window_of
 from primus_operators.hooks.connections import airflow_resolver
-from primus_operators.triggers.trainer_progress import TrainerProgressTrigger
+from primus_operators.triggers.trainer_progress import FIRST_CHECK_AFTER, TrainerProgressTrigger
 
 if TYPE_CHECKING:
     from primus_lib.spec import PrimusJob
 
 MODES = ("service", "inline", "skip")
+WAIT_EVERY = 0.5  # seconds between reads of the progress file while the task waits in its worker
 
 
 def window_keys(job: PrimusJob, start: datetime) -> list[str]:
@@ -53,6 +56,9 @@ class PrimusTrainerOperator(BaseOperator):
     ``mode`` (templated; the DAG passes the run's ``mode`` param): ``service`` (default: the
     long-running trainer + deferral), ``inline`` (run ``primus train SPEC --until-window W``
     in a subprocess and wait for it: demos and tests), ``skip`` (data only).
+    ``wait_in_worker``: seconds the task reads the progress file in its worker slot before it
+    defers (default: the trigger's first-check delay, ``trainer_progress.FIRST_CHECK_AFTER``, so
+    no window is reported later than a deferral would report it; 0: defer at once).
     Returns the window's metrics (XCom) and puts them on the ``primus://<job>/model`` Asset event.
 
     The job's own errors (its trainer failed, exited or timed out) fail the task without Airflow's
@@ -71,6 +77,7 @@ class PrimusTrainerOperator(BaseOperator):
         mode: str = "service",
         poll_interval: float = 10.0,
         timeout: float = 6 * 3600.0,
+        wait_in_worker: float = FIRST_CHECK_AFTER,
         api_conn_id: str = API_CONNECTION,
         **kwargs: Any,
     ):
@@ -82,6 +89,7 @@ class PrimusTrainerOperator(BaseOperator):
         self.mode = mode
         self.poll_interval = poll_interval
         self.timeout = timeout
+        self.wait_in_worker = wait_in_worker
 
     def execute(self, context: Any) -> dict[str, Any] | None:
         from primus_lib.paths import JobPaths
@@ -108,8 +116,10 @@ class PrimusTrainerOperator(BaseOperator):
                 from primus_lib.resources import ensure_running
 
                 status = ensure_running(job, self.spec_path)  # the local backend mounts them for its roles
-                self.log.info("trainer backend: %s", status)
-            metrics = consumed_metrics(read_progress(paths.progress), keys)  # remote: the connection's keys
+                self.log.info("trainer backend: %s; waiting up to %gs for %s", status, self.wait_in_worker, keys)
+            within = self.wait_in_worker if mode == "service" else 0.0
+            every = min(self.poll_interval, WAIT_EVERY)
+            metrics = await_consumed(paths.progress, keys, within, every)  # remote: the connection's keys
         if metrics is not None:
             return self._record(context, start, metrics)
         if mode == "inline":
