@@ -117,6 +117,8 @@ class PrimusTrainerOperator(BaseOperator):
 
                 status = ensure_running(job, self.spec_path)  # the local backend mounts them for its roles
                 self.log.info("trainer backend: %s; waiting up to %gs for %s", status, self.wait_in_worker, keys)
+                if status.phase == "Failed":  # a failed job is reported, not restarted: it will consume nothing
+                    raise AirflowFailException(f"trainer job failed: {status.message or f'job {job.name!r} failed'}")
             within = self.wait_in_worker if mode == "service" else 0.0
             every = min(self.poll_interval, WAIT_EVERY)
             metrics = await_consumed(paths.progress, keys, within, every)  # remote: the connection's keys
@@ -124,6 +126,11 @@ class PrimusTrainerOperator(BaseOperator):
             return self._record(context, start, metrics)
         if mode == "inline":
             raise AirflowFailException(f"trainer exited without consuming {keys} ({progress_path})")
+        from primus_lib.resources import job_failure
+
+        failure = job_failure(self.spec_path)  # failed while the task waited: the trigger would say so later
+        if failure is not None:
+            raise AirflowFailException(f"trainer job failed: {failure}")
         self.log.info("trainer running; deferring until it consumed %s", keys)
         self.defer(
             trigger=TrainerProgressTrigger(
