@@ -122,15 +122,16 @@ class PrimusTrainerOperator(BaseOperator):
             within = self.wait_in_worker if mode == "service" else 0.0
             every = min(self.poll_interval, WAIT_EVERY)
             metrics = await_consumed(paths.progress, keys, within, every)  # remote: the connection's keys
+            if metrics is None and mode == "service":
+                from primus_lib.resources import job_failure
+
+                failure = job_failure(self.spec_path)  # failed during the wait: the trigger would say so later
+                if failure is not None:
+                    raise AirflowFailException(f"trainer job failed: {failure}")
         if metrics is not None:
             return self._record(context, start, metrics)
         if mode == "inline":
             raise AirflowFailException(f"trainer exited without consuming {keys} ({progress_path})")
-        from primus_lib.resources import job_failure
-
-        failure = job_failure(self.spec_path)  # failed while the task waited: the trigger would say so later
-        if failure is not None:
-            raise AirflowFailException(f"trainer job failed: {failure}")
         self.log.info("trainer running; deferring until it consumed %s", keys)
         self.defer(
             trigger=TrainerProgressTrigger(
