@@ -57,8 +57,9 @@ class PrimusTrainerOperator(BaseOperator):
     long-running trainer + deferral), ``inline`` (run ``primus train SPEC --until-window W``
     in a subprocess and wait for it: demos and tests), ``skip`` (data only).
     ``wait_in_worker``: seconds the task reads the progress file in its worker slot before it
-    defers (default: the trigger's first-check delay, ``trainer_progress.FIRST_CHECK_AFTER``, so
-    no window is reported later than a deferral would report it; 0: defer at once).
+    defers (default: the trigger's first-check delay, ``trainer_progress.FIRST_CHECK_AFTER``: a
+    window consumed sooner is reported at once, one consumed later at most that much later than a
+    deferral at the start would report it; 0: defer at once).
     Returns the window's metrics (XCom) and puts them on the ``primus://<job>/model`` Asset event.
 
     The job's own errors (its trainer failed, exited or timed out) fail the task without Airflow's
