@@ -38,7 +38,7 @@ def test_three_windows_end_to_end_then_a_rerun_is_idempotent(tmp_path: Path, mon
     # The timer runs on past the three windows: the service-mode window 02:00 is not the last one,
     # and its run is never followed by 03:00's. The trainer must still finish it on its own (train
     # the window's last partial minibatch once no next window is available) for its `train` task,
-    # which defers until progress.json lists the window, to succeed.
+    # which waits until progress.json lists the window, to succeed.
     job = make_job(tmp_path / "job", end="2026-11-01T05:00:00Z")
     home = tmp_path / "airflow"
     home.mkdir()
