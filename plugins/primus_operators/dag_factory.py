@@ -198,6 +198,7 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
             job_name=job.name,
             mode=f"{{{{ params.{naming.MODE_PARAM} }}}}",
             poll_interval=min(poll, 10.0),
+            wait_in_worker=job.spec.airflow.trainer_wait.total_seconds(),
             # idempotent too: it ensures the trainer runs and waits for the window's progress (inline:
             # `primus train --until-window` resumes from the checkpoint). A try lost to its worker or to
             # the metadata database restarting must not fail the window (test_metadata_restart)

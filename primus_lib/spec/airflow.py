@@ -27,6 +27,12 @@ class AirflowSpec(SpecModel):
         timedelta(seconds=30),
         description="How often the source trigger looks for a partition (the trainer trigger: at most every 10s).",
     )
+    trainer_wait: Duration = Field(
+        timedelta(seconds=15),
+        description="How long the train task waits in its worker slot for the trainer to consume its window "
+        "before it defers and frees the slot (0s: defer at once). A window consumed sooner is reported within "
+        "0.5s; once deferred, the first check comes 15s later (Airflow 3.3's resume race).",
+    )
     trainer_mode: TrainerMode = Field(
         "service",
         description="The default of a run's mode param: service (the long-running trainer), inline (primus train "

@@ -115,7 +115,7 @@ def test_out_of_date_dag_files_are_an_import_error_of_primus_dags_naming_the_fix
 def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    write_spec(jobs / "alpha.yaml", airflow_doc("alpha"))
+    write_spec(jobs / "alpha.yaml", airflow_doc("alpha", airflow={"poll_interval": "1s", "trainer_wait": "40s"}))
     monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
     dags = copy_dags(tmp_path / "dags")
     _sync(dags, jobs, monkeypatch)
@@ -144,6 +144,7 @@ def test_dag_shape_pool_sink_order_asset_params_and_doc(monkeypatch, tmp_path):
     train = dag.get_task("train")
     assert [a.uri for a in train.outlets] == ["primus://alpha/model"] and train.mode == "{{ params.mode }}"
     assert train.retries == 2  # idempotent, like join and sink: a lost try does not fail the window
+    assert train.wait_in_worker == 40.0 and train.poll_interval == 1.0  # spec.airflow's
     assert dag.params["mode"] == "service" and "window_start" in dag.params
     assert "primus" in dag.tags and "window:1h" in dag.tags
     assert "```mermaid" in dag.doc_md and "left join on request_id" in dag.doc_md

@@ -72,10 +72,12 @@ def airflow(tmp_path, postgres_server):
 
 
 def with_sample_log(spec: Path, log: Path) -> None:
-    """The trainer role's command: the default ``primus train SPEC``, with its sample log."""
+    """The trainer role's command: the default ``primus train SPEC``, with its sample log; the train
+    task defers at once (``trainer_wait: 0s``): the test kills the triggerer while it holds one."""
     command = [sys.executable, "-m", "primus_lib.cli.main", "train", "{SPEC}", "--sample-log", str(log)]
     doc = yaml.safe_load(spec.read_text())
     doc["spec"]["resources"]["roles"]["trainer"]["command"] = command
+    doc["spec"]["airflow"]["trainer_wait"] = "0s"
     write_spec(spec, doc)
 
 

@@ -157,7 +157,9 @@ def secret_run(tmp_path_factory, postgres_server, job_secrets: Secrets) -> Run:
         job = make_job(root / "job", name=JOB, end="2026-11-01T02:00:00Z", rows_per_hour=200)
         database = _ledger_database(postgres_server, job_secrets.ledger_password)
         storage = {"root": f"s3://{BUCKET}/jobs", "connection_id": CONN_ID, "database": database}
-        spec_text = job_yaml(airflow_doc(JOB, hours=2, storage=storage))
+        # the train task defers at once: the triggerer must read the S3 progress via the connection id
+        airflow = {"poll_interval": "1s", "trainer_wait": "0s"}
+        spec_text = job_yaml(airflow_doc(JOB, hours=2, storage=storage, airflow=airflow))
         job.spec.write_text(spec_text)
         assert not any(s in spec_text for s in job_secrets.items().values())  # the spec names, never holds
         home = root / "home"
