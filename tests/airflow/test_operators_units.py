@@ -87,30 +87,20 @@ def test_the_trainers_own_errors_fail_the_train_task_without_its_retries():
         assert str(failed.value) == event.get("message", f"trainer trigger failed: {event!r}")
 
 
-def test_the_train_task_fails_at_once_with_the_jobs_error_when_the_trainer_failed(tmp_path: Path, monkeypatch):
+def test_the_train_task_fails_at_once_with_the_jobs_error_when_the_trainer_failed(failing_trainer_job):
     """A failed job is reported, not restarted (``ensure_running``): it will consume no window, so
     the task neither waits in its worker nor defers; it fails with the job's error, as the trigger
     would have after its first check."""
     from airflow.sdk.exceptions import AirflowFailException
     from primus_operators.operators import PrimusTrainerOperator
 
-    from primus_lib.resources import backend_for, job_failure
-    from tests.fixtures.specs import demo_doc, load, write_spec
-    from tests.resources.conftest import py
+    from primus_lib.resources import job_failure
     from tests.waiting import wait_for
 
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    roles = {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
-    job = load(demo_doc(roles=roles), check=False)
-    spec = write_spec(tmp_path / "job.yaml", job)
-    backend = backend_for(job, str(spec))
+    spec, backend = failing_trainer_job
     backend.submit()
-    try:
-        wait_for("the trainer's failure", lambda: job_failure(str(spec)))
-        train = PrimusTrainerOperator(task_id="train", spec_path=str(spec), job_name=job.name, wait_in_worker=600)
-        with pytest.raises(AirflowFailException) as failed:
-            train.execute(CONTEXT)
-    finally:
-        backend.stop()
+    wait_for("the trainer's failure", lambda: job_failure(spec))
+    train = PrimusTrainerOperator(task_id="train", spec_path=spec, job_name=backend.job.name, wait_in_worker=600)
+    with pytest.raises(AirflowFailException) as failed:
+        train.execute(CONTEXT)
     assert str(failed.value).startswith("trainer job failed: ") and "exit 3" in str(failed.value)

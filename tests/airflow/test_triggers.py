@@ -58,34 +58,24 @@ def test_trainer_trigger_times_out_naming_the_missing_window(tmp_path: Path):
     assert "history/20261101T010000Z" in got[0]["message"] and "step 7" in got[0]["message"]
 
 
-def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_path: Path, monkeypatch):
+def test_trainer_trigger_ends_with_the_jobs_error_when_the_trainer_failed(tmp_path: Path, failing_trainer_job):
     """A failed job never consumes the window: the deferred task must end with the job's error
     (found when a scheduler-run DAG's train tasks stayed deferred after the trainer gave up)."""
-    from primus_lib.resources import backend_for, job_failure
-    from tests.fixtures.specs import demo_doc, load, write_spec
-    from tests.resources.conftest import py
+    from primus_lib.resources import job_failure
 
-    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PRIMUS_DATA", str(tmp_path / "data"))
-    roles = {"data_executor": {"replicas": 1}, "trainer": {"command": py("raise SystemExit(3)"), "max_restarts": 0}}
-    job = load(demo_doc(roles=roles), check=False)
-    spec = write_spec(tmp_path / "job.yaml", job)
-    backend = backend_for(job, str(spec))
-    assert job_failure(str(spec)) is None  # nothing started yet: not failed
+    spec, backend = failing_trainer_job
+    assert job_failure(spec) is None  # nothing started yet: not failed
     backend.submit()
-    try:
-        trigger = TrainerProgressTrigger(
-            str(tmp_path / "progress.json"),
-            ["history/20261101T000000Z"],
-            poll_interval=0.1,
-            timeout=60,
-            first_check_after=0,
-            spec_path=str(spec),
-        )
-        started = time.monotonic()
-        got = events(TrainerProgressTrigger(**trigger.serialize()[1]))
-    finally:
-        backend.stop()
+    trigger = TrainerProgressTrigger(
+        str(tmp_path / "progress.json"),
+        ["history/20261101T000000Z"],
+        poll_interval=0.1,
+        timeout=60,
+        first_check_after=0,
+        spec_path=spec,
+    )
+    started = time.monotonic()
+    got = events(TrainerProgressTrigger(**trigger.serialize()[1]))
     assert len(got) == 1 and got[0]["status"] == "error", got
     assert "critical role 'trainer'" in got[0]["message"] and "exit 3" in got[0]["message"]
     assert time.monotonic() - started < 60  # ended by the failure, not by the timeout
