@@ -205,7 +205,10 @@ def build_dag(job: PrimusJob, spec_path: str) -> DAG:
             retries=2,
             retry_delay=timedelta(seconds=10),
         )
-        sinks >> train >> PrimusScalerSensor(task_id=naming.SCALE_TASK, spec_path=spec_path)
+        sinks >> train
+        # the scaler follows the window's data, beside the trainer: a window still training (a trainer behind,
+        # or starved of stream rows only more executors would bring) does not hold the scaling back
+        sinks >> PrimusScalerSensor(task_id=naming.SCALE_TASK, spec_path=spec_path)
     return dag
 
 
