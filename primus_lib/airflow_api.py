@@ -15,12 +15,18 @@ read it from a file or a connection (``primus_lib.credentials``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from primus_lib.timegrid import as_utc, iso, parse_utc
+
 if TYPE_CHECKING:
     import requests
+
+
+FINAL_STATES = ("success", "failed")  # a DAG run's states that end it
 
 
 class AirflowApiError(RuntimeError):
@@ -110,16 +116,55 @@ class AirflowApi:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.request("PATCH", f"/api/v2/dags/{quote(dag_id, safe='')}", {"is_paused": paused})
 
-    def create_backfill(self, body: dict) -> dict:
-        """``POST /api/v2/backfills`` (keys left None are not sent)."""
-        return self.request("POST", "/api/v2/backfills", {k: v for k, v in body.items() if v is not None})
+    def create_backfill(
+        self, body: dict, *, settle: float = 45.0, on_settle: Callable[[dict], None] | None = None
+    ) -> dict:
+        """``POST /api/v2/backfills`` (keys left None are not sent).
 
-    def dag_runs(self, dag_id: str) -> list[dict]:
-        """Every run, oldest first, page by page: the API silently caps a page at ``[api]
+        Airflow runs one backfill of a DAG at a time, and marks one complete only up to 30 s after its last
+        run ended (``wait_backfill``). Refused (409) while the DAG's latest backfill has every run of its
+        range finished, this waits up to ``settle`` seconds for Airflow to mark that one complete
+        (``on_settle(that backfill)`` first), then asks again; one with a run in flight refuses at once."""
+        payload = {k: v for k, v in body.items() if v is not None}
+        try:
+            return self.request("POST", "/api/v2/backfills", payload)
+        except AirflowApiError as exc:
+            finished = self._finished_backfill(body["dag_id"]) if exc.status == 409 else None
+            if finished is None:
+                raise
+        if on_settle is not None:
+            on_settle(finished)
+        self.await_backfill_complete(finished["id"], settle)
+        return self.request("POST", "/api/v2/backfills", payload)
+
+    def _finished_backfill(self, dag_id: str) -> dict | None:
+        """The DAG's latest backfill when Airflow has yet to mark it complete but every run of its range ended."""
+        params = {"dag_id": dag_id, "order_by": "-id", "limit": 1}
+        latest = self.request("GET", "/api/v2/backfills", params=params)["backfills"]
+        if not latest or latest[0].get("completed_at"):
+            return None
+        runs = self.dag_runs(dag_id, parse_utc(latest[0]["from_date"]), parse_utc(latest[0]["to_date"]))
+        return latest[0] if all(r["state"] in FINAL_STATES for r in runs) else None
+
+    def await_backfill_complete(self, backfill_id: int, timeout: float, poll: float = 2.0) -> dict:
+        """The backfill once Airflow has marked it complete (``completed_at``), within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not (info := self.request("GET", f"/api/v2/backfills/{backfill_id}")).get("completed_at"):
+            if time.monotonic() > deadline:
+                raise AirflowApiError(
+                    f"backfill {backfill_id} of {info.get('dag_id')}: not marked complete by Airflow after {timeout:.0f}s"
+                )
+            time.sleep(poll)
+        return info
+
+    def dag_runs(self, dag_id: str, first: datetime | None = None, last: datetime | None = None) -> list[dict]:
+        """Every run (with ``first`` / ``last``: those whose logical date lies between them, both
+        included), oldest first, page by page: the API silently caps a page at ``[api]
         maximum_page_limit`` (100 by default), so one call never saw the runs of a longer backfill."""
+        bounds = {f"logical_date_{op}": iso(when) for op, when in (("gte", first), ("lte", last)) if when is not None}
         runs: list[dict] = []
         while True:
-            params = {"limit": 100, "offset": len(runs), "order_by": "logical_date"}
+            params = {"limit": 100, "offset": len(runs), "order_by": "logical_date", **bounds}
             page = self.request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params=params)
             runs += page["dag_runs"]
             if not page["dag_runs"] or len(runs) >= page.get("total_entries", 0):
@@ -129,25 +174,42 @@ class AirflowApi:
         self,
         backfill_id: int,
         dag_id: str,
-        expected: int,
+        windows: Sequence[datetime],
         timeout: float,
         poll: float = 3.0,
         on_poll: Callable[[list[dict]], None] | None = None,
     ) -> list[dict]:
-        """Wait until the backfill completed and its runs finished; return its runs (oldest first).
-        ``on_poll(runs)`` sees the backfill runs after every poll (``primus backfill --wait``'s lines)."""
+        """Wait until every one of the backfill's ``windows`` (logical dates) has a run in a final state;
+        return those runs, oldest first. ``on_poll(runs)`` sees them after every poll (``primus backfill
+        --wait``'s lines).
+
+        Not until Airflow marks the backfill complete: its scheduler looks for complete backfills every
+        30 s (``_mark_backfills_complete``), which held a wait 15 s on average, up to 30 s, after the last
+        window finished (the demo's 12 windows: 36-40 s of runs, 55 s waited). A backfill creates its runs,
+        or clears a window's run back to queued, before its creation returns, and a DAG has one run per
+        logical date: so each window's run is the backfill's, or one it skipped (done already, or in
+        flight: that one is waited for too)."""
+        wanted = {as_utc(w) for w in windows}
+        if not wanted:
+            raise ValueError("wait_backfill: no window to wait for")
         deadline = time.monotonic() + timeout
         while True:
-            runs = [r for r in self.dag_runs(dag_id) if r.get("run_type") == "backfill"]
+            runs = [
+                r
+                for r in self.dag_runs(dag_id, min(wanted), max(wanted))
+                if r.get("logical_date") and parse_utc(r["logical_date"], "logical_date") in wanted
+            ]
             if on_poll is not None:
                 on_poll(runs)
-            done = [r for r in runs if r["state"] in ("success", "failed")]
-            info = self.request("GET", f"/api/v2/backfills/{backfill_id}")
-            if info.get("completed_at") and len(done) >= expected:
-                return sorted(runs, key=lambda r: r["logical_date"])
+            if len(runs) == len(wanted) and all(r["state"] in FINAL_STATES for r in runs):
+                return runs
             if time.monotonic() > deadline:
                 states = {r["logical_date"]: r["state"] for r in runs}
-                raise AirflowApiError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f}s: {states}")
+                missing = sorted(wanted - {parse_utc(r["logical_date"]) for r in runs})
+                raise AirflowApiError(
+                    f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f}s: {states}"
+                    + (f"; no run for {', '.join(map(iso, missing))}" if missing else "")
+                )
             time.sleep(poll)
 
     # -- task instances -----------------------------------------------------------------------

@@ -70,3 +70,49 @@ def test_errors_carry_the_status_and_name_the_call():
         AirflowApi("http://af:8080", "u", "wrong", session=http.session()).pool("x")
     assert caught.value.status == 401
     assert AirflowApi("http://af:8080", "u", "p", session=http.session()).pool("absent") is None
+
+
+def _busy_dag(run_state: str, completes_after: int = 2):
+    """A FAKE API whose DAG's latest backfill (7) Airflow marks complete after ``completes_after`` reads:
+    a new backfill is refused (409) until then; the runs of 7's range are ``run_state``."""
+    reads = []
+
+    def answer(r):
+        if r.path == "/api/v2/backfills" and r.method == "POST":
+            if len(reads) < completes_after:
+                return 409, {"detail": "There is already a running backfill for dag d"}
+            return 200, {"id": 8, **r.body}
+        if r.path == "/api/v2/backfills":
+            return 200, {"backfills": [{"id": 7, "dag_id": "d", "completed_at": None, **RANGE}]}
+        if r.path == "/api/v2/dags/d/dagRuns":
+            return 200, {"dag_runs": [{"logical_date": RANGE["from_date"], "state": run_state}], "total_entries": 1}
+        if r.path == "/api/v2/backfills/7":
+            reads.append(r)
+            return 200, {"id": 7, "dag_id": "d", "completed_at": "2026-12-08T02:00:30Z" if len(reads) >= 2 else None}
+        raise AssertionError(r.path)
+
+    return FakeHTTP(answer)
+
+
+RANGE = {"from_date": "2026-11-01T00:00:00Z", "to_date": "2026-11-01T01:00:00Z"}
+
+
+def test_a_backfill_refused_while_the_finished_one_awaits_airflows_mark_is_created_once_marked():
+    http = _busy_dag("success")
+    settled = []
+    api = AirflowApi("http://af:8080", session=http.session())
+    created = api.create_backfill({"dag_id": "d", **RANGE}, on_settle=settled.append)
+    assert created["id"] == 8 and [b["id"] for b in settled] == [7]
+    posts = [r for r in http.requests if r.method == "POST"]
+    assert len(posts) == 2  # refused once, asked again once Airflow marked backfill 7 complete
+    listing = next(r for r in http.requests if r.path == "/api/v2/backfills" and r.method == "GET")
+    assert listing.query == {"dag_id": ["d"], "order_by": ["-id"], "limit": ["1"]}
+
+
+def test_a_backfill_refused_while_the_other_has_a_run_in_flight_fails_at_once():
+    http = _busy_dag("running")
+    api = AirflowApi("http://af:8080", session=http.session())
+    with pytest.raises(AirflowApiError, match="HTTP 409") as caught:
+        api.create_backfill({"dag_id": "d", **RANGE}, on_settle=lambda _: pytest.fail("nothing to wait for"))
+    assert caught.value.status == 409
+    assert not any(r.path == "/api/v2/backfills/7" for r in http.requests)

@@ -8,7 +8,9 @@ import io
 import re
 from datetime import UTC, datetime
 
-from primus_lib.airflow_api import AirflowApi
+import pytest
+
+from primus_lib.airflow_api import AirflowApi, AirflowApiError
 from primus_lib.cli.backfill import WindowLines
 from primus_lib.cli.console import Progress, seconds
 from primus_lib.cli.main import main
@@ -112,27 +114,27 @@ def test_eval_prints_a_line_per_mode_and_scored_window(tmp_path, monkeypatch, ca
 
 
 def _airflow(states: list[list[str | None]]):
-    """A FAKE Airflow API whose backfill's three runs move through ``states`` (one list per poll)."""
+    """A FAKE Airflow API whose three windows' runs move through ``states`` (one list per poll). The
+    backfill itself is never marked complete (Airflow's scheduler does that every 30 s); the third
+    window's run is one the backfill skipped, in flight (a scheduled run)."""
     polls = iter(states)
     dates = ["2026-11-01T01:00:00Z", "2026-11-01T02:00:00Z", "2026-11-01T03:00:00Z"]
     old = {"logical_date": "2026-10-31T23:00:00Z", "state": "failed", "run_type": "backfill"}  # an earlier backfill
 
     def answer(r):
-        if r.path.endswith("/dagRuns"):
-            answer.now = next(polls)
-            runs = [
-                {
-                    "logical_date": d,
-                    "state": s or "queued",
-                    "run_type": "backfill",
-                    "start_date": "2026-11-30T10:00:00Z",
-                    "end_date": "2026-11-30T10:01:05Z" if s else None,
-                }
-                for d, s in zip(dates, answer.now, strict=True)
-            ]
-            return 200, {"dag_runs": [old, *runs]}
-        done = all(answer.now)
-        return 200, {"id": 7, "completed_at": "2026-11-30T10:02:00Z" if done else None}
+        assert r.path.endswith("/dagRuns"), r.path  # the wait reads the windows' runs, never the backfill
+        now = next(polls)
+        runs = [
+            {
+                "logical_date": d,
+                "state": s or "queued",
+                "run_type": "scheduled" if d == dates[2] else "backfill",
+                "start_date": "2026-11-30T10:00:00Z",
+                "end_date": "2026-11-30T10:01:05Z" if s else None,
+            }
+            for d, s in zip(dates, now, strict=True)
+        ]
+        return 200, {"dag_runs": [old, *runs], "total_entries": 4}  # a server that ignored the bounds
 
     return FakeHTTP(answer)
 
@@ -146,8 +148,16 @@ def test_backfill_wait_prints_each_window_as_it_finishes_then_a_summary():
     first, last = datetime(2026, 11, 1, 1, tzinfo=UTC), datetime(2026, 11, 1, 3, tzinfo=UTC)
     with Progress("backfill", 3, "window", stream=err) as progress:
         lines = WindowLines(progress, first, last)
-        runs = api.wait_backfill(7, "bf", 3, timeout=60, poll=0, on_poll=lines)
-    assert len(runs) == 4
+        windows = [first, datetime(2026, 11, 1, 2, tzinfo=UTC), last]
+        runs = api.wait_backfill(7, "bf", windows, timeout=60, poll=0, on_poll=lines)
+    # done at the poll that found every window's run final, though the backfill was never marked complete
+    assert len(http.requests) == 4
+    assert [r["logical_date"] for r in runs] == ["2026-11-01T01:00:00Z", "2026-11-01T02:00:00Z", "2026-11-01T03:00:00Z"]
+    assert all(
+        r.query["logical_date_gte"] == ["2026-11-01T01:00:00Z"]
+        and r.query["logical_date_lte"] == ["2026-11-01T03:00:00Z"]
+        for r in http.requests
+    )  # only the windows' runs are asked for, not a long DAG's every run
     assert err.getvalue().splitlines() == [
         "backfill [1/3] window 2026-11-01T01:00:00Z success 1m05s",
         "backfill [2/3] window 2026-11-01T02:00:00Z failed 1m05s",
@@ -157,3 +167,14 @@ def test_backfill_wait_prints_each_window_as_it_finishes_then_a_summary():
     assert summary.startswith("backfill 7 of bf: 3/3 windows finished, 2 success, 1 failed, in ")
     assert summary.endswith("; failed: 2026-11-01T02:00:00Z")
     assert lines.failed() == [datetime(2026, 11, 1, 2, tzinfo=UTC)]
+
+
+def test_backfill_wait_times_out_naming_the_windows_without_a_run():
+    http = _airflow([["success", None, "success"]])
+    api = AirflowApi("http://af:8080", session=http.session())
+    windows = [datetime(2026, 11, 1, h, tzinfo=UTC) for h in (1, 2, 3, 4)]  # 04:00 has no run
+    with pytest.raises(AirflowApiError) as caught:
+        api.wait_backfill(7, "bf", windows, timeout=0, poll=0)
+    assert str(caught.value).startswith("backfill 7 of bf not finished after 0s: ")
+    assert "'2026-11-01T02:00:00Z': 'queued'" in str(caught.value)
+    assert str(caught.value).endswith("; no run for 2026-11-01T04:00:00Z")

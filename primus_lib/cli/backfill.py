@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from primus_lib.airflow_api import AirflowApi, AirflowApiError
+from primus_lib.airflow_api import FINAL_STATES, AirflowApi, AirflowApiError
 from primus_lib.cli.arguments import duration, integer
 from primus_lib.cli.console import Progress, seconds
 from primus_lib.credentials import Resolver, current
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         role = job.spec.resources.roles.get("data_executor")
-        return _via_api(args, body, len(planned), max(1, role.replicas) if role else 1)
+        return _via_api(args, body, planned, max(1, role.replicas) if role else 1)
     return _via_cli(args, body)
 
 
@@ -175,7 +175,7 @@ def credentials(args: argparse.Namespace, resolver: Resolver | None = None) -> t
     return user, password
 
 
-def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: int) -> int:
+def _via_api(args: argparse.Namespace, body: dict, planned: list[datetime], pool_slots: int) -> int:
     try:
         user, password = credentials(args)
     except ValueError as exc:
@@ -186,17 +186,17 @@ def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: in
         if not args.keep_paused:
             api.set_paused(body["dag_id"], False)
         api.ensure_pool(pool_name(body["dag_id"]), pool_slots)
-        backfill = api.create_backfill(body)
+        backfill = api.create_backfill(body, on_settle=lambda done: print(_settling(done), flush=True))
     except AirflowApiError as exc:  # unreachable, or a request refused: no backfill was created
         print(f"primus backfill: {exc}", file=sys.stderr)
         return 1
     print(f"backfill {backfill['id']} created for {body['dag_id']}", flush=True)
     if not args.wait:
         return 0
-    with Progress("backfill", expected, "window", quiet=args.quiet) as progress:
-        lines = WindowLines(progress, parse_utc(body["from_date"]), parse_utc(body["to_date"]))
+    with Progress("backfill", len(planned), "window", quiet=args.quiet) as progress:
+        lines = WindowLines(progress, planned[0], planned[-1])
         try:
-            api.wait_backfill(backfill["id"], body["dag_id"], expected, args.timeout, on_poll=lines)
+            api.wait_backfill(backfill["id"], body["dag_id"], planned, args.timeout, on_poll=lines)
         except AirflowApiError as exc:  # timed out, or the API went away: say what finished so far
             progress.close()
             print(lines.summary(backfill["id"], body["dag_id"]), flush=True)
@@ -204,6 +204,13 @@ def _via_api(args: argparse.Namespace, body: dict, expected: int, pool_slots: in
             return 1
     print(lines.summary(backfill["id"], body["dag_id"]))
     return 1 if lines.failed() else 0
+
+
+def _settling(done: dict) -> str:
+    return (
+        f"backfill {done['id']} of {done['dag_id']}: every run finished; Airflow marks it complete within 30 s "
+        "and runs one backfill of a DAG at a time: waiting for it"
+    )
 
 
 class WindowLines:
@@ -217,7 +224,7 @@ class WindowLines:
     def __call__(self, runs: list[dict]) -> None:
         for run in sorted(runs, key=lambda r: r.get("logical_date") or ""):
             when = parse_utc(run["logical_date"], "logical_date") if run.get("logical_date") else None
-            if when is None or not self.first <= when <= self.last or run.get("state") not in FINAL:
+            if when is None or not self.first <= when <= self.last or run.get("state") not in FINAL_STATES:
                 continue
             seen = when in self.finished
             self.finished[when] = run  # a later final state (a window run again) counts in the summary
@@ -238,9 +245,6 @@ class WindowLines:
         if self.failed():
             line += "; failed: " + ", ".join(iso(when) for when in self.failed())
         return line
-
-
-FINAL = ("success", "failed")
 
 
 def run_seconds(run: dict) -> float | None:

@@ -145,7 +145,7 @@ def test_killed_scheduler_and_triggerer_resume_the_backfill_in_order_training_ea
     # 2. the scheduler dies (with its executor's task processes) while the second window's tasks run
     interrupted = poll_until(second_run_working, "a running task of the second window", 400, poll=0.3)
     _kill(stack, env, "scheduler")
-    runs = api.wait_backfill(backfill["id"], job.name, len(WINDOWS), timeout=600)
+    runs = api.wait_backfill(backfill["id"], job.name, [parse_window_id(w) for w in WINDOWS], timeout=600)
     assert [r["state"] for r in runs] == ["success"] * len(WINDOWS), [(r["logical_date"], r["state"]) for r in runs]
     assert [r["logical_date"][:19] for r in runs] == [f"{parse_window_id(w):%Y-%m-%dT%H:%M:%S}" for w in WINDOWS]
     for earlier, later in zip(runs, runs[1:], strict=False):  # one at a time, oldest first
