@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"credentials", "durable", "filesystems"},
     "commands": set(),
     "naming": {"settings"},
-    "airflow_api": set(),
+    "airflow_api": {"timegrid"},
     "markdown": set(),
     "spec": {"markdown", "settings", "timegrid"},
     "paths": {"credentials", "settings", "spec", "storage"},
