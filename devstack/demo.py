@@ -57,16 +57,15 @@ def reset(job: PrimusJob, spec: str) -> None:
     client = api()
     wait_for_dag(client, job.name)
     client.set_paused(job.name, True)
-    latest = {"dag_id": job.name, "order_by": "-id", "limit": 1}  # the one Airflow may not have marked complete
-    for backfill in client.request("GET", "/api/v2/backfills", params=latest)["backfills"]:
-        # an interrupted demo's, or the last one's, which Airflow marks complete up to 30 s after its last run
-        # (`primus backfill --wait` returns before): Airflow runs one backfill of a DAG at a time
-        if not backfill.get("completed_at"):
-            try:
-                client.request("PUT", f"/api/v2/backfills/{backfill['id']}/cancel")
-            except AirflowApiError as exc:
-                if exc.status != 409:  # 409: marked complete meanwhile
-                    raise
+    # an interrupted demo's, or the last one's, which Airflow marks complete up to 30 s after its last run
+    # (`primus backfill --wait` returns before): Airflow runs one backfill of a DAG at a time
+    backfill = client.latest_backfill(job.name)
+    if backfill is not None and not backfill.get("completed_at"):
+        try:
+            client.request("PUT", f"/api/v2/backfills/{backfill['id']}/cancel")
+        except AirflowApiError as exc:
+            if exc.status != 409:  # 409: marked complete meanwhile
+                raise
     runs = client.dag_runs(job.name)
     for run in runs:
         client.request("DELETE", f"/api/v2/dags/{job.name}/dagRuns/{run['dag_run_id']}")

@@ -137,14 +137,20 @@ class AirflowApi:
         self.await_backfill_complete(finished["id"], settle)
         return self.request("POST", "/api/v2/backfills", payload)
 
-    def _finished_backfill(self, dag_id: str) -> dict | None:
-        """The DAG's latest backfill when Airflow has yet to mark it complete but every run of its range ended."""
+    def latest_backfill(self, dag_id: str) -> dict | None:
+        """The DAG's newest backfill (None: it has had none): the only one Airflow may not have marked complete,
+        since it runs one backfill of a DAG at a time."""
         params = {"dag_id": dag_id, "order_by": "-id", "limit": 1}
         latest = self.request("GET", "/api/v2/backfills", params=params)["backfills"]
-        if not latest or latest[0].get("completed_at"):
+        return latest[0] if latest else None
+
+    def _finished_backfill(self, dag_id: str) -> dict | None:
+        """The DAG's latest backfill when Airflow has yet to mark it complete but every run of its range ended."""
+        latest = self.latest_backfill(dag_id)
+        if latest is None or latest.get("completed_at"):
             return None
-        runs = self.dag_runs(dag_id, parse_utc(latest[0]["from_date"]), parse_utc(latest[0]["to_date"]))
-        return latest[0] if all(r["state"] in FINAL_STATES for r in runs) else None
+        runs = self.dag_runs(dag_id, parse_utc(latest["from_date"]), parse_utc(latest["to_date"]))
+        return latest if all(r["state"] in FINAL_STATES for r in runs) else None
 
     def await_backfill_complete(self, backfill_id: int, timeout: float, poll: float = 2.0) -> dict:
         """The backfill once Airflow has marked it complete (``completed_at``), within ``timeout`` seconds."""
